@@ -1,0 +1,450 @@
+"""Token ids → text deltas, exactly as the tokenizer's own decode would have it, at O(1) per token.
+
+The first hop of the relay. A model emits token ids; a client must see text. Three things go wrong in naive
+streaming decoders, and this module is built around them:
+
+* A character may be split across tokens (byte-level BPE, byte-fallback ``<0xE2>`` tokens). Decoding one token at
+  a time shows U+FFFD where the reference decode shows ``☕``. We keep an incremental UTF-8 decoder over the
+  tokens' bytes, so at most one incomplete character (≤ 3 bytes) is ever held back.
+* Decoding single tokens loses context the decoder needs (SentencePiece's leading space is dropped only on the
+  first piece: "The chai" decodes as ``The`` + `` ch`` + ``ai``). The byte table records those first-token rules.
+* Some decoders are not monotonic: HF ``ByteFallback`` turns a *whole* run of byte tokens into U+FFFDs if any of
+  it is invalid (vllm#17448), so text shown early could be contradicted later. We hold such a run back until it
+  ends instead of emitting and regretting.
+
+Two paths, chosen automatically:
+
+* **Byte table** (fast path): ``tokenizer.byte_table()`` gives each token's bytes plus the family's rules; the
+  table was verified against the reference decode when the tokenizer was loaded. In the steady state a token
+  whose bytes are a complete UTF-8 string costs one list lookup.
+* **Window** (fallback): for decoders that are not byte-representable (WordPiece, cleanup rules), a bounded
+  window of ids is re-decoded each step and only text that one further token can no longer change is emitted.
+
+Contract: for any ids and any way of cutting them into ``feed`` calls, ``"".join(feeds) + finish()`` equals
+``tokenizer.decode(all_ids)``; with ``prompt_ids`` it equals ``decode(prompt + ids)[len(decode(prompt)):]``.
+This module is sans-I/O: standard library only.
+"""
+
+from __future__ import annotations
+
+import codecs
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ._errors import TokenizerError
+from ._protocols import ByteTable, Tokenizer
+
+__all__ = ["DetokenizedPiece", "Detokenizer", "StrandedBytes", "decode_with_table"]
+
+#: What ``finish()`` does with bytes of a character that never completed: ``"replace"`` them with U+FFFD as the
+#: reference decode does, or ``"discard"`` them (then the output differs from the reference by those U+FFFDs).
+StrandedBytes = Literal["replace", "discard"]
+
+_PER_BYTE_ERRORS = "tokenrelay.per_byte"
+
+
+def _per_byte_replace(exc: UnicodeError) -> tuple[str, int]:
+    # SentencePiece writes one U+FFFD for every byte that is not part of a complete character, where Python's
+    # "replace" writes one per maximal invalid subpart (b"\xf0\x9f\xa6" → 3 vs 1).
+    if isinstance(exc, UnicodeDecodeError):
+        return "\ufffd" * (exc.end - exc.start), exc.end
+    raise exc
+
+
+codecs.register_error(_PER_BYTE_ERRORS, _per_byte_replace)
+_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
+# codecs.utf_8_decode(data, errors, final) -> (text, consumed): the incremental decoder's core without the
+# object; holding the unconsumed tail ourselves costs half as much per token (benchmarks/detokenizer.py).
+_utf8_decode = codecs.utf_8_decode
+
+# What a token id does, for one value of skip_special_tokens.
+_TEXT = 0  # an ordinary piece: may lose its leading space at the start of a segment
+_RAW = 1  # text that is never space-stripped (unknown surface, a special kept as text)
+_BYTE = 2  # a byte-fallback token
+_SKIP = 3  # dropped, invisible to everything around it
+_FLUSH = 4  # dropped, but ends pending bytes (the family decodes the text between specials separately)
+_SPECIAL = 5  # kept special: ends pending bytes, then its text, then maybe a new segment
+
+_WINDOW_KEEP = 16  # ids kept when the fallback window is re-anchored
+_WINDOW_MAX = 64  # the window is re-anchored once it holds this many ids
+
+
+@dataclass(frozen=True, slots=True)
+class DetokenizedPiece:
+    """Text that became final, and the token ids fed since the previous non-empty piece that produced it."""
+
+    text: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    kinds: list[int]
+    fast: list[str | None]  # text per id from a clean start (nothing pending, no rule in force)
+    tails: list[bytes]  # ... and the bytes of an unfinished character it leaves pending
+    plain: list[bytes | None]  # bytes for the incremental decoder, when the id needs no other rule
+    plain_by_id: dict[int, bytes]  # the same, for batches
+
+
+_COMPILED: weakref.WeakKeyDictionary[ByteTable, dict[bool, _Compiled]] = weakref.WeakKeyDictionary()
+
+
+def _compile(table: ByteTable, skip: bool) -> _Compiled:
+    """Per-id actions and steady-state text, built once per table and ``skip_special_tokens`` value."""
+    per_table = _COMPILED.setdefault(table, {})
+    if skip in per_table:
+        return per_table[skip]
+    n = len(table.pieces)
+    kinds = [_TEXT] * n
+    for i in table.raw_pieces:
+        kinds[i] = _RAW
+    for i in table.byte_tokens:
+        kinds[i] = _BYTE
+    for i in table.special:
+        if skip:
+            kinds[i] = _FLUSH if table.specials_flush else _SKIP
+        else:
+            kinds[i] = _SPECIAL if (table.specials_flush or table.kept_special_restarts) else _RAW
+    errors = _PER_BYTE_ERRORS if table.invalid_utf8 == "per_byte" else "replace"
+    fast: list[str | None] = [None] * n
+    tails: list[bytes] = [b""] * n
+    for i, kind in enumerate(kinds):
+        if kind in (_SKIP, _FLUSH):
+            fast[i] = ""  # nothing is pending in the steady state, so a flush is a no-op
+        elif kind == _SPECIAL and table.kept_special_restarts:
+            continue
+        elif table.invalid_utf8 == "byte_run":
+            if kind != _BYTE:
+                fast[i] = bytes(table.pieces[i]).decode("utf-8", "replace")
+        else:
+            # What the incremental decoder would return from a clean start, and the unfinished tail it
+            # would keep: precomputed, so most tokens cost a lookup even inside long runs of split characters.
+            data = bytes(table.pieces[i])
+            text, used = _utf8_decode(data, errors, False)
+            fast[i], tails[i] = text, data[used:]
+    plain: list[bytes | None] = [
+        (b"" if kind == _SKIP else bytes(table.pieces[i])) if kind <= _SKIP else None
+        for i, kind in enumerate(kinds)
+    ]
+    by_id = {i: b for i, b in enumerate(plain) if b is not None}
+    per_table[skip] = compiled = _Compiled(kinds, fast, tails, plain, by_id)
+    return compiled
+
+
+class Detokenizer:
+    """Incremental detokenizer: ``feed(ids) -> str`` of newly final text, ``finish() -> str`` at the end.
+
+    Joined outputs over any split of the ids equal the one-shot ``tokenizer.decode``; text once returned is never
+    contradicted. ``stranded="replace"`` (default) turns bytes of an unfinished character into U+FFFD at
+    ``finish()``, exactly like the reference decode; ``stranded="discard"`` drops them instead.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        skip_special_tokens: bool = True,
+        prompt_ids: Sequence[int] | None = None,
+        stranded: StrandedBytes = "replace",
+    ) -> None:
+        if stranded not in ("replace", "discard"):
+            raise ValueError(f"stranded must be 'replace' or 'discard', not {stranded!r}")
+        self._stranded = stranded
+        self._finished = False
+        self._unattributed: list[int] = []
+        table = tokenizer.byte_table()
+        self._window = None if table is not None else _WindowDecoder(tokenizer, skip_special_tokens)
+        self.uses_byte_table = table is not None
+        if table is None:
+            table = ByteTable(pieces=())
+        self._setup_table(table, skip_special_tokens)
+        if prompt_ids:
+            prompt = list(prompt_ids)
+            skip = len(tokenizer.decode(prompt, skip_special_tokens=skip_special_tokens))
+            if self._window is not None:
+                self._window.prime(prompt)
+            else:
+                # The prompt's own text is dropped character by character, so a prompt ending inside a
+                # character never leaks (vllm#48853): output = decode(prompt + ids)[len(decode(prompt)):].
+                self._skip_chars = skip
+                self._feed_slow(prompt)
+        self._update_state()
+
+    # -- set-up ------------------------------------------------------------------------------------------
+
+    def _setup_table(self, table: ByteTable, skip: bool) -> None:
+        compiled = _compile(table, skip)
+        self._kinds = compiled.kinds
+        self._fast = compiled.fast
+        self._tails = compiled.tails
+        self._plain_bytes = compiled.plain
+        self._plain_get = compiled.plain_by_id.__getitem__
+        self._n = len(compiled.kinds)
+        self._pieces = table.pieces
+        self._policy = table.invalid_utf8
+        self._leading = table.leading_space
+        self._specials_flush = table.specials_flush
+        self._restarts = table.kept_special_restarts
+        self._errors = _PER_BYTE_ERRORS if table.invalid_utf8 == "per_byte" else "replace"
+        self._pend = b""  # bytes of an unfinished character
+        self._run = bytearray()  # pending byte-fallback run ("byte_run" policy)
+        self._bos = table.leading_space != "keep"
+        self._skip_chars = 0
+
+    # -- the public API ----------------------------------------------------------------------------------
+
+    def feed(self, ids: int | Sequence[int]) -> str:
+        """Take one token id or a sequence of them; return the text that is now final (maybe "")."""
+        # Hot path. _plain: only the incremental UTF-8 decoder is in play (no first-token rule, prompt to skip
+        # or byte-fallback run), so a token's bytes go straight into it; with nothing pending, a token whose
+        # bytes are complete UTF-8 is its own text.
+        if type(ids) is int:
+            if 0 <= ids < self._plain_n:  # _plain_n is 0 unless _plain: one check for both
+                pend = self._pend
+                if not pend:
+                    text = self._fast[ids]
+                    if text is not None:
+                        tail = self._tails[ids]
+                        if tail:
+                            self._pend = tail
+                        return text
+                else:
+                    data = self._plain_bytes[ids]
+                    if data is not None:
+                        data = pend + data
+                        text, used = _utf8_decode(data, self._errors, False)
+                        self._pend = data[used:]
+                        return text
+            return self._feed_any(ids)
+        if self._plain:
+            try:
+                # A dict, not the list: a negative or unknown id must raise, not index from the end.
+                data = b"".join(map(self._plain_get, ids))  # type: ignore[arg-type]
+            except (KeyError, TypeError):
+                pass
+            else:
+                if self._pend:
+                    data = self._pend + data
+                text, used = _utf8_decode(data, self._errors, False)
+                self._pend = data[used:]
+                return text
+        # A byte-fallback run, a special with rules, a first-token rule, an empty or invalid batch: by the book.
+        return self._feed_any(ids)
+
+    def finish(self) -> str:
+        """Return what is still held back; the stream is over. Stranded bytes follow ``stranded``."""
+        if self._finished:
+            return ""
+        self._finished = True
+        if self._window is not None:
+            return self._window.finish()
+        out: list[str] = []
+        self._flush_into(out, final=True)
+        return "".join(out)
+
+    def feed_piece(self, ids: int | Sequence[int]) -> DetokenizedPiece:
+        """Like :meth:`feed`, and report which ids produced the text (all ids since the last non-empty piece)."""
+        batch = (ids,) if isinstance(ids, int) else tuple(ids)
+        text = self.feed(batch)
+        self._unattributed.extend(batch)
+        return self._piece(text)
+
+    def finish_piece(self) -> DetokenizedPiece:
+        """Like :meth:`finish`, with the ids whose text had not been reported yet."""
+        piece = self._piece(self.finish())
+        if not piece.text and self._unattributed:
+            piece = DetokenizedPiece("", tuple(self._unattributed))
+            self._unattributed.clear()
+        return piece
+
+    @property
+    def held_bytes(self) -> int:
+        """How many bytes of an unfinished character (or byte-fallback run) are held back right now."""
+        return len(self._pend) + len(self._run)
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _piece(self, text: str) -> DetokenizedPiece:
+        if not text:
+            return DetokenizedPiece("", ())
+        ids = tuple(self._unattributed)
+        self._unattributed.clear()
+        return DetokenizedPiece(text, ids)
+
+    def _feed_any(self, ids: int | Iterable[int]) -> str:
+        if self._finished:
+            raise RuntimeError("Detokenizer.feed() called after finish()")
+        batch: Iterable[int] = (ids,) if isinstance(ids, int) else ids
+        if self._window is not None:
+            return self._window.feed(list(batch))
+        text = self._feed_slow(batch)
+        self._update_state()
+        return text
+
+    def _update_state(self) -> None:
+        self._plain = self._policy != "byte_run" and not (
+            self._window is not None or self._finished or self._bos or self._skip_chars
+        )
+        self._plain_n = self._n if self._plain else 0
+
+    def _feed_slow(self, ids: Iterable[int]) -> str:
+        out: list[str] = []
+        kinds, pieces, n = self._kinds, self._pieces, self._n
+        for i in ids:
+            if type(i) is not int and not isinstance(i, int):
+                raise TypeError(f"token ids must be int, not {type(i).__name__}")
+            if not 0 <= i < n:
+                raise TokenizerError(f"token id {i} is outside the vocabulary (0..{n - 1})")
+            kind = kinds[i]
+            if kind == _SKIP:
+                continue
+            if kind in (_FLUSH, _SPECIAL):
+                if self._specials_flush:
+                    self._flush_into(out, final=False)
+                if kind == _FLUSH:
+                    continue
+            data = bytes(pieces[i])
+            if self._bos and self._leading == "first_piece" and kind != _SPECIAL:
+                # SentencePiece drops the dummy-prefix space of the first ordinary piece of a segment only.
+                if kind == _TEXT and data.startswith(b" "):
+                    data = data[1:]
+                self._bos = False
+            if self._policy == "byte_run":
+                if kind == _BYTE:
+                    self._run += data
+                    continue
+                self._end_run(out)
+                self._emit(out, data.decode("utf-8", "replace"))
+            else:
+                data = self._pend + data
+                text, used = _utf8_decode(data, self._errors, False)
+                self._pend = data[used:]
+                self._emit(out, text)
+            if kind == _SPECIAL and self._restarts:
+                self._bos = self._leading != "keep"
+        return "".join(out)
+
+    def _emit(self, out: list[str], text: str) -> None:
+        if not text:
+            return
+        if self._bos and self._leading == "first_char":
+            # HF's Strip decoder removes one space from the start of the whole fused output.
+            if text[0] == " ":
+                text = text[1:]
+            self._bos = False
+        if self._skip_chars:
+            cut = min(self._skip_chars, len(text))
+            self._skip_chars -= cut
+            text = text[cut:]
+        if text:
+            out.append(text)
+
+    def _end_run(self, out: list[str], *, discard_tail: bool = False) -> None:
+        if not self._run:
+            return
+        run = bytes(self._run)
+        self._run.clear()
+        if discard_tail:
+            probe = _Utf8Decoder("replace")
+            probe.decode(run)
+            run = run[: len(run) - len(probe.getstate()[0])]
+        try:
+            text = run.decode("utf-8")
+        except UnicodeDecodeError:
+            # HF ByteFallback: an invalid run becomes one U+FFFD per byte token, valid parts included.
+            text = "\ufffd" * len(run)
+        self._emit(out, text)
+
+    def _flush_into(self, out: list[str], *, final: bool) -> None:
+        discard = final and self._stranded == "discard"
+        if self._policy == "byte_run":
+            self._end_run(out, discard_tail=discard)
+        elif discard:
+            self._pend = b""
+        else:
+            pend, self._pend = self._pend, b""
+            self._emit(out, _utf8_decode(pend, self._errors, True)[0])
+        if final:
+            self._update_state()
+
+
+class _WindowDecoder:
+    """Fallback for decoders that are not byte-representable: re-decode a bounded window of ids.
+
+    Text is emitted once one further token has not changed it (cleanup rules such as `` 's`` → ``'s`` rewrite
+    only the text next to the newest token). When the window is full it is cut back to its newest ids, kept as
+    context, so its cost per token is bounded; exactness then rests on the decoder being local (the usual
+    assumption of window detokenizers), which the tests check on WordPiece and byte-level vocabularies.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip: bool) -> None:
+        self._tok = tokenizer
+        self._skip = skip
+        self._ids: list[int] = []
+        self._done = 0  # characters of decode(self._ids) already emitted (or belonging to the prompt)
+        self._vocab = tokenizer.vocab_size
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=self._skip)
+
+    def prime(self, prompt: Sequence[int]) -> None:
+        self._ids = list(prompt[-_WINDOW_KEEP:])
+        self._done = len(self._decode(self._ids))
+
+    def feed(self, ids: list[int]) -> str:
+        for i in ids:
+            if not isinstance(i, int) or not 0 <= i < self._vocab:
+                raise TokenizerError(f"token id {i!r} is outside the vocabulary (0..{self._vocab - 1})")
+        if not ids:
+            return ""
+        self._ids.extend(ids)
+        text = self._decode(self._ids)
+        # A trailing U+FFFD may be an unfinished character that a later token completes: hold it.
+        stable = self._decode(self._ids[:-1]).rstrip("\ufffd")
+        out = ""
+        if text.startswith(stable) and len(stable) > self._done:
+            out = stable[self._done :]
+            self._done = len(stable)
+        if len(self._ids) > _WINDOW_MAX:
+            self._reanchor(text)
+        return out
+
+    def _reanchor(self, text: str) -> None:
+        # Keep the newest ids as context: their decode must end with the text not yet emitted, and from then
+        # on the window's text beyond that point is taken to be what the whole stream's decode would add
+        # (decoders are local: a few ids of context fix spacing and cleanup, as in vLLM's prefix offset).
+        cut = len(self._ids) - _WINDOW_KEEP
+        pending = text[self._done :]
+        tail = self._decode(self._ids[cut:])
+        if tail.endswith(pending):
+            del self._ids[:cut]
+            self._done = len(tail) - len(pending)
+
+    def finish(self) -> str:
+        text = self._decode(self._ids)
+        out = text[self._done :]
+        self._done = len(text)
+        return out
+
+
+def decode_with_table(table: ByteTable, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+    """One-shot decode through a byte table (what the fast path computes), used to verify a table."""
+
+    class _TableOnly:
+        name = "table"
+        vocab_size = len(table.pieces)
+        eos_token_ids: frozenset[int] = frozenset()
+
+        def encode(self, text: str) -> list[int]:
+            raise NotImplementedError
+
+        def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+            raise NotImplementedError
+
+        def byte_table(self) -> ByteTable:
+            return table
+
+    detok = Detokenizer(_TableOnly(), skip_special_tokens=skip_special_tokens)
+    return detok.feed(ids) + detok.finish()

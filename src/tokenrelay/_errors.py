@@ -1,0 +1,114 @@
+"""One error tree for the whole relay.
+
+Every error tokenrelay raises derives from :class:`TokenRelayError`. Each class knows the HTTP status and the
+OpenAI error ``type`` it maps to, so the server turns any of them into an OpenAI-shaped error body without a
+lookup table of its own::
+
+    TokenRelayError                      500 server_error
+    ├── ConfigError                      500 server_error        bad option, model file, engine setup
+    ├── TokenizerError                   500 server_error        tokenizer missing, truncated, unsupported
+    ├── ProtocolError                    502 server_error        a peer broke the SSE / OpenAI wire format
+    │   └── StreamTruncated              502 server_error        the stream ended before it finished
+    ├── EngineError                      500 server_error        the model failed mid-generation
+    └── InvalidRequestError              400 invalid_request_error
+        ├── AuthenticationError          401 authentication_error
+        ├── NotFoundError                404 not_found_error
+        ├── PayloadTooLargeError         413 invalid_request_error
+        └── RateLimitError               429 rate_limit_error
+
+Errors carry plain data (``param``, ``code``), never a request object.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "ConfigError",
+    "EngineError",
+    "InvalidRequestError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "ProtocolError",
+    "RateLimitError",
+    "StreamTruncated",
+    "TokenRelayError",
+    "TokenizerError",
+]
+
+
+class TokenRelayError(Exception):
+    """Root of every error tokenrelay raises."""
+
+    status_code: int = 500
+    error_type: str = "server_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def to_openai(self) -> dict[str, dict[str, str | None]]:
+        """The OpenAI error body: ``{"error": {"message", "type", "param", "code"}}``."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class ConfigError(TokenRelayError):
+    """A bad option, model path or engine setup, found before any stream starts."""
+
+
+class TokenizerError(TokenRelayError):
+    """A tokenizer source that is missing, truncated, or not a tokenizer of a known family."""
+
+
+class ProtocolError(TokenRelayError):
+    """A peer broke the wire format (SSE framing, OpenAI chunk shape, a limit on event size)."""
+
+    status_code = 502
+
+
+class StreamTruncated(ProtocolError):
+    """The stream ended (EOF) before the server said it was finished."""
+
+
+class EngineError(TokenRelayError):
+    """The engine failed while generating."""
+
+
+class InvalidRequestError(TokenRelayError):
+    """The client sent a request that cannot be served as it is."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class AuthenticationError(InvalidRequestError):
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class NotFoundError(InvalidRequestError):
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class PayloadTooLargeError(InvalidRequestError):
+    status_code = 413
+
+
+class RateLimitError(InvalidRequestError):
+    status_code = 429
+    error_type = "rate_limit_error"
+
+    def __init__(
+        self, message: str, *, retry_after: float = 1.0, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        self.retry_after = retry_after

@@ -1,0 +1,47 @@
+"""The package surface: __all__ complete and sorted, no adapter imported by the core, README code that runs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import tokenrelay
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert tokenrelay.__all__ == sorted(tokenrelay.__all__)
+    for name in tokenrelay.__all__:
+        assert hasattr(tokenrelay, name), name
+
+
+def test_importing_the_package_loads_no_server_network_or_engine() -> None:
+    code = (
+        "import sys, tokenrelay\n"
+        "bad = [m for m in ('fastapi', 'uvicorn', 'starlette', 'httpx', 'llama_cpp', 'tokenizers',"
+        " 'sentencepiece', 'mistral_common', 'socket') if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_core_modules_import_only_the_standard_library() -> None:
+    stdlib = set(sys.stdlib_module_names)
+    for path in sorted((ROOT / "src" / "tokenrelay").glob("_*.py")):
+        if path.name == "__init__.py" or path.name == "__main__.py":
+            continue
+        for line in path.read_text().splitlines():
+            m = re.match(r"\s*(?:from|import)\s+([\w.]+)", line)
+            if m and not m.group(1).startswith((".", "tokenrelay._")):
+                assert m.group(1).split(".")[0] in stdlib | {"__future__"}, (path.name, line)
+
+
+def test_readme_python_blocks_run() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
