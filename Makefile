@@ -30,6 +30,10 @@ check: install
 
 bench: install
 	$(BIN)/python benchmarks/detokenizer.py
+	$(BIN)/python benchmarks/stops.py
+	$(BIN)/python benchmarks/sse.py
+	$(BIN)/python benchmarks/pipeline.py
+	$(BIN)/python benchmarks/server_load.py
 
 serve: install
 	$(BIN)/tokenrelay serve

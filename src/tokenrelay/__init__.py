@@ -18,7 +18,19 @@ from ._errors import (
     TokenizerError,
     TokenRelayError,
 )
+from ._openai import (
+    ChatChunkWriter,
+    ChatStreamDecoder,
+    TextChunkWriter,
+    Usage,
+    chat_completion,
+    error_event,
+    text_completion,
+)
 from ._protocols import ByteTable, Tokenizer
+from ._sse import ServerSentEvent, SSEParser, encode_event
+from ._stops import StopMatcher
+from ._stream import Event, Finished, FinishReason, TextDelta, TextStream, Timings
 from .tokenizers import load_tokenizer
 
 __version__ = "0.1.0"
@@ -26,20 +38,37 @@ __version__ = "0.1.0"
 __all__ = [
     "AuthenticationError",
     "ByteTable",
+    "ChatChunkWriter",
+    "ChatStreamDecoder",
     "ConfigError",
     "DetokenizedPiece",
     "Detokenizer",
     "EngineError",
+    "Event",
+    "FinishReason",
+    "Finished",
     "InvalidRequestError",
     "NotFoundError",
     "PayloadTooLargeError",
     "ProtocolError",
     "RateLimitError",
+    "SSEParser",
+    "ServerSentEvent",
+    "StopMatcher",
     "StrandedBytes",
     "StreamTruncated",
+    "TextChunkWriter",
+    "TextDelta",
+    "TextStream",
+    "Timings",
     "TokenRelayError",
     "Tokenizer",
     "TokenizerError",
+    "Usage",
     "__version__",
+    "chat_completion",
+    "encode_event",
+    "error_event",
     "load_tokenizer",
+    "text_completion",
 ]

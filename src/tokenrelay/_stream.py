@@ -1,0 +1,234 @@
+"""TextStream: engine token-id steps in, ``TextDelta`` / ``Finished`` events out.
+
+The one place where a reply's end is decided. Per token id, in order:
+
+1. a stop token id or an end-of-sequence id ends the reply with ``"stop"``; its text is never shown;
+2. otherwise the id goes through the ``Detokenizer`` and its new text through the ``StopMatcher``; a stop
+   string ends the reply with ``"stop"``;
+3. otherwise, once ``max_tokens`` ids were consumed, the reply ends with ``"length"``. The checks run in this
+   order, so EOS (or a stop string) on the last allowed token is ``"stop"``, not ``"length"`` (the OpenAI
+   meaning of ``length`` is "cut short", and that reply was not).
+
+When the reply ends, the detokenizer and the matcher are flushed, ids after the stopping one in the same step
+are dropped, and ``feed`` returns the ``Finished`` event: the caller must then stop its engine.
+
+Contract (tested over every split of the ids into steps): ``"".join(delta.text)`` is the final text
+exactly, the same for any split; no delta is empty; the ids of all deltas followed by ``Finished.token_ids``
+are the ids the engine produced, up to and including the stopping one, and their count is
+``usage.completion_tokens``. A delta carries the ids consumed since the previous delta; ids that released no
+text yet wait for the next one.
+
+Timing: the core reads no clock. The caller passes ``now`` (any monotonic seconds) to ``feed``/``finish`` and
+``started_at`` to the constructor; TTFT is the time to the first visible delta, the gaps are between visible
+deltas, total is start to ``Finished``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from tokenrelay._detokenizer import Detokenizer
+from tokenrelay._openai import Usage
+from tokenrelay._protocols import Tokenizer
+from tokenrelay._stops import StopMatcher
+
+__all__ = ["Event", "FinishReason", "Finished", "TextDelta", "TextStream", "Timings", "percentile"]
+
+FinishReason: TypeAlias = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """New text that is final, and the token ids consumed since the previous delta."""
+
+    text: str
+    token_ids: tuple[int, ...]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) with linear interpolation between ranks; ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds, from the timestamps the caller passed; ``None`` where none were given."""
+
+    ttft: float | None
+    gaps: tuple[float, ...]
+    total: float | None
+
+    @property
+    def p50(self) -> float | None:
+        """Median gap between visible deltas."""
+        return percentile(self.gaps, 50)
+
+    @property
+    def p95(self) -> float | None:
+        return percentile(self.gaps, 95)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The reply ended. ``matched`` is the stop string or stop token id that ended it (``None`` otherwise);
+    ``token_ids`` are the consumed ids no delta carried (the stop token, ids whose text was cut)."""
+
+    reason: FinishReason
+    usage: Usage
+    token_ids: tuple[int, ...] = ()
+    matched: str | int | None = None
+    timings: Timings | None = None
+
+
+Event: TypeAlias = TextDelta | Finished
+
+
+class TextStream:
+    """Sans-I/O composition of ``Detokenizer`` → ``StopMatcher`` with the stop-id and max-token rules.
+
+    ``stop_token_ids`` are added to the tokenizer's EOS ids (unless ``ignore_eos``). ``prompt_ids`` count as
+    ``usage.prompt_tokens`` and give the detokenizer its context.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        stops: Sequence[str] = (),
+        include_stop: bool = False,
+        stop_token_ids: Iterable[int] = (),
+        ignore_eos: bool = False,
+        max_tokens: int | None = None,
+        prompt_ids: Sequence[int] | None = None,
+        skip_special_tokens: bool = True,
+        started_at: float | None = None,
+    ) -> None:
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        self._detok = Detokenizer(tokenizer, skip_special_tokens=skip_special_tokens, prompt_ids=prompt_ids)
+        self._matcher = StopMatcher(stops, include_stop=include_stop)
+        eos = frozenset() if ignore_eos else tokenizer.eos_token_ids
+        self._stop_ids = frozenset(stop_token_ids) | eos
+        self._max_tokens = max_tokens
+        self._prompt_tokens = len(prompt_ids) if prompt_ids is not None else 0
+        self._count = 0
+        self._pending: list[int] = []  # consumed ids whose text no delta has carried yet
+        self._pieces: list[str] = []
+        self._finished: Finished | None = None
+        self._started_at = started_at
+        self._delta_times: list[float] = []
+
+    # -- state -------------------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> Finished | None:
+        """The ``Finished`` event once the reply ended (then stop the engine), else ``None``."""
+        return self._finished
+
+    @property
+    def text(self) -> str:
+        """All text released so far (the joined deltas)."""
+        if len(self._pieces) > 1:
+            self._pieces = ["".join(self._pieces)]
+        return self._pieces[0] if self._pieces else ""
+
+    @property
+    def completion_tokens(self) -> int:
+        return self._count
+
+    def start(self, now: float) -> None:
+        """Set the request start time, if it was not known when the stream was built."""
+        self._started_at = now
+
+    def timings(self, now: float | None = None) -> Timings:
+        """TTFT, gaps between visible deltas, and total (to ``Finished``, or to ``now`` while running)."""
+        if self._finished is not None and self._finished.timings is not None:
+            return self._finished.timings
+        total = now - self._started_at if now is not None and self._started_at is not None else None
+        return self._timings(total)
+
+    def _timings(self, total: float | None) -> Timings:
+        times = self._delta_times
+        gaps = tuple(b - a for a, b in itertools.pairwise(times))
+        ttft = None
+        if self._started_at is not None and times:
+            ttft = times[0] - self._started_at
+        return Timings(ttft=ttft, gaps=gaps, total=total)
+
+    # -- input -------------------------------------------------------------------------------------
+
+    def feed(self, ids: int | Sequence[int], now: float | None = None) -> list[Event]:
+        """Consume one engine step; return at most one ``TextDelta`` and, if the reply ended, ``Finished``."""
+        if self._finished is not None:
+            return []
+        step = (ids,) if isinstance(ids, int) else ids
+        parts: list[str] = []
+        delta_ids: list[int] = []
+        for token_id in step:
+            self._count += 1
+            if token_id in self._stop_ids:
+                return self._end("stop", parts, delta_ids, now, stop_id=token_id)
+            self._pending.append(token_id)
+            self._release(self._matcher.feed(self._detok.feed(token_id)), parts, delta_ids)
+            if self._matcher.stopped:
+                return self._end("stop", parts, delta_ids, now)
+            if self._max_tokens is not None and self._count >= self._max_tokens:
+                return self._end("length", parts, delta_ids, now)
+        return self._emit(parts, delta_ids, now)
+
+    def finish(self, now: float | None = None, reason: FinishReason = "stop") -> list[Event]:
+        """The engine ended by itself: flush what is held and finish with ``reason`` (``[]`` if finished)."""
+        if self._finished is not None:
+            return []
+        return self._end(reason, [], [], now)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _release(self, text: str, parts: list[str], delta_ids: list[int]) -> None:
+        if text:
+            parts.append(text)
+            delta_ids.extend(self._pending)
+            self._pending.clear()
+
+    def _emit(self, parts: list[str], delta_ids: list[int], now: float | None) -> list[Event]:
+        if not parts:
+            return []
+        text = "".join(parts)
+        self._pieces.append(text)
+        if now is not None:
+            self._delta_times.append(now)
+        return [TextDelta(text, tuple(delta_ids))]
+
+    def _end(
+        self,
+        reason: FinishReason,
+        parts: list[str],
+        delta_ids: list[int],
+        now: float | None,
+        stop_id: int | None = None,
+    ) -> list[Event]:
+        matcher = self._matcher
+        if not matcher.stopped:
+            self._release(matcher.feed(self._detok.finish()), parts, delta_ids)
+        if not matcher.stopped:
+            self._release(matcher.finish(), parts, delta_ids)
+        matched: str | int | None = stop_id
+        if matcher.stopped:
+            reason, matched = "stop", matcher.matched
+        events = self._emit(parts, delta_ids, now)
+        leftover = (*self._pending, stop_id) if stop_id is not None else tuple(self._pending)
+        self._pending.clear()
+        total = now - self._started_at if now is not None and self._started_at is not None else None
+        usage = Usage(self._prompt_tokens, self._count)
+        self._finished = Finished(reason, usage, leftover, matched, self._timings(total))
+        events.append(self._finished)
+        return events

@@ -1,0 +1,144 @@
+"""What every engine offers: ``generate(prompt, params)`` as an async iterator of token-id steps.
+
+An engine produces token ids, never text: text comes from tokenrelay's own detokenizer (``TextStream``), so
+every engine gets the same UTF-8 and stop-string handling. A *step* is the ids one engine iteration produced,
+usually one, several for a speculative or batched engine (the replay engine's ``burst``).
+
+Cancellation contract: ``generate`` returns an async generator. When its consumer cancels the task that is
+iterating it, or closes it (``aclose()``, ``contextlib.aclosing``), the engine starts no further step; at most
+the step already running finishes. A generation never keeps computing to the end in a thread after its
+consumer is gone. A failure mid-stream raises ``EngineError`` from the iterator, it never hangs.
+
+An engine also stops by itself after ``params.max_tokens`` ids and after yielding an end-of-sequence id (one
+of ``stop_token_ids``); ``TextStream`` does the same bookkeeping, so the two never disagree about where a
+reply ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias, runtime_checkable
+
+from tokenrelay._errors import EngineError, InvalidRequestError, TokenRelayError
+from tokenrelay._protocols import Tokenizer
+from tokenrelay._stream import Event, TextStream
+
+__all__ = ["ChatMessage", "Engine", "Prompt", "SamplingParams", "Step", "render_plain_chat", "stream_events"]
+
+ChatMessage: TypeAlias = Mapping[str, str]
+"""One chat turn: ``{"role": "user" | "system" | "assistant", "content": "..."}``."""
+
+Prompt: TypeAlias = str | Sequence[ChatMessage]
+"""A raw text prompt (completion) or a list of chat turns (rendered with the model's chat template)."""
+
+Step: TypeAlias = Sequence[int]
+"""The token ids one engine iteration produced."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
+
+    max_tokens: int | None = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        # The OpenAI API's own bounds, so a bad request is a 400 naming the field, not an engine crash.
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise InvalidRequestError("max_tokens must be at least 1", param="max_tokens")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise InvalidRequestError("temperature must be between 0 and 2", param="temperature")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidRequestError("top_p must be greater than 0 and at most 1", param="top_p")
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A token-id generator behind one model."""
+
+    @property
+    def model(self) -> str:
+        """The model name reported to clients (the OpenAI ``model`` field)."""
+        ...
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer whose ids ``generate`` yields; ``TextStream`` decodes with it."""
+        ...
+
+    @property
+    def stop_token_ids(self) -> frozenset[int]:
+        """Ids that end a reply (EOS, end-of-turn); they are never shown as text."""
+        ...
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        """The ids the model reads for ``prompt`` (after any chat template), for usage counting."""
+        ...
+
+    def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+        """Token-id steps for ``prompt``; stops promptly when cancelled or closed (see module docstring)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the model; the engine is unusable afterwards."""
+        ...
+
+
+def render_plain_chat(prompt: Prompt) -> str:
+    """A template-free rendering of a prompt, for engines without a chat template of their own."""
+    if isinstance(prompt, str):
+        return prompt
+    return "".join(f"{m.get('role', 'user')}: {m.get('content', '')}\n" for m in prompt)
+
+
+async def stream_events(
+    engine: Engine,
+    prompt: Prompt,
+    params: SamplingParams,
+    *,
+    stops: Sequence[str] = (),
+    include_stop: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
+) -> AsyncGenerator[Event, None]:
+    """Run ``engine`` through a ``TextStream``: ``TextDelta`` events, then exactly one ``Finished``.
+
+    The glue every front end shares (CLI, server, benchmarks). The engine's iterator is closed as soon as the
+    stream finishes (a stop string, a stop id, ``max_tokens``), so the engine computes no step past the end;
+    closing or cancelling this iterator closes the engine's too. An engine failure that is not already a
+    ``TokenRelayError`` is raised as ``EngineError``. Timestamps come from ``clock``, started before the
+    prompt is tokenized, so TTFT includes prefill.
+    """
+    started = clock()
+    prompt_ids = engine.prompt_ids(prompt)
+    stream = TextStream(
+        engine.tokenizer,
+        stops=stops,
+        include_stop=include_stop,
+        stop_token_ids=engine.stop_token_ids,
+        max_tokens=params.max_tokens,
+        prompt_ids=prompt_ids,
+        started_at=started,
+    )
+    steps = engine.generate(prompt, params)
+    try:
+        async for step in steps:
+            for event in stream.feed(step, now=clock()):
+                yield event
+            if stream.finished is not None:
+                return
+    except TokenRelayError:
+        raise
+    except Exception as exc:
+        raise EngineError(f"{engine.model}: generation failed: {exc}") from exc
+    finally:
+        aclose = getattr(steps, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+    for event in stream.finish(now=clock()):
+        yield event

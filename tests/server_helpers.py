@@ -1,0 +1,117 @@
+"""Helpers for server tests: a step-counting engine, raw-socket reads, and app factories."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from tokenrelay import load_tokenizer
+from tokenrelay.engines import ReplayEngine
+from tokenrelay.engines.base import Prompt, SamplingParams, Step
+from tokenrelay.server import ServerConfig, create_app
+
+
+@dataclass
+class Generation:
+    steps: list[float] = field(default_factory=list)  # monotonic time each step was handed out
+    closed_at: float | None = None
+
+
+class CountingEngine:
+    """A replay engine that records, per prompt, when each step was produced and when it was closed."""
+
+    def __init__(self, inner: ReplayEngine) -> None:
+        self.inner = inner
+        self.generations: dict[str, Generation] = {}
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def tokenizer(self):  # type: ignore[no-untyped-def]
+        return self.inner.tokenizer
+
+    @property
+    def stop_token_ids(self) -> frozenset[int]:
+        return self.inner.stop_token_ids
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        return self.inner.prompt_ids(prompt)
+
+    async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+        key = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+        record = self.generations.setdefault(key, Generation())
+        try:
+            async for step in self.inner.generate(prompt, params):
+                record.steps.append(time.monotonic())
+                yield step
+        finally:
+            record.closed_at = time.monotonic()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def replay_app(
+    text: str | None = None,
+    *,
+    rate: float | None = 50.0,
+    counting: bool = False,
+    engine_options: dict[str, object] | None = None,
+    **config: object,
+):  # type: ignore[no-untyped-def]
+    """An app over the replay engine with SmolLM2's tokenizer (text=None replays the prompt)."""
+    engine: object = ReplayEngine(load_tokenizer("smollm2"), text, rate=rate, **(engine_options or {}))  # type: ignore[arg-type]
+    if counting:
+        engine = CountingEngine(engine)  # type: ignore[arg-type]
+    return create_app(engine, ServerConfig(**config)), engine  # type: ignore[arg-type]
+
+
+def raw_post(
+    base_url: str, path: str, body: bytes, *, headers: dict[str, str] | None = None
+) -> socket.socket:
+    """Open a socket, send one HTTP/1.1 POST, return the socket (the caller reads)."""
+    host, port = base_url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    head = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {host}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+    ]
+    head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+    return sock
+
+
+def read_timed(
+    sock: socket.socket, until: bytes = b"0\r\n\r\n", timeout: float = 20.0
+) -> list[tuple[float, bytes]]:
+    """Read until ``until`` ends the data (or EOF); return (arrival time, bytes) per recv."""
+    sock.settimeout(timeout)
+    out: list[tuple[float, bytes]] = []
+    data = b""
+    while not data.endswith(until):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        out.append((time.monotonic(), chunk))
+        data += chunk
+    return out
+
+
+def split_response(raw: bytes) -> tuple[str, list[bytes]]:
+    """Split a raw chunked HTTP/1.1 response into its head and its chunks (one per server write)."""
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    chunks: list[bytes] = []
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        chunks.append(rest[:size])
+        rest = rest[size + 2 :]
+    return head.decode("latin-1"), chunks

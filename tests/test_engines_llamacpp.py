@@ -1,0 +1,166 @@
+"""LlamaCppEngine on the real SmolLM2-135M-Instruct GGUF (about 100 MB, fast on a CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+from tokenrelay._errors import ConfigError, InvalidRequestError
+from tokenrelay._stream import Finished, TextDelta
+from tokenrelay.engines.base import ChatMessage, Engine, Prompt, SamplingParams, stream_events
+from tokenrelay.engines.llamacpp import LlamaCppEngine, resolve_model_path
+
+GREEDY = SamplingParams(max_tokens=24, temperature=0.0)
+CHAT: list[ChatMessage] = [{"role": "user", "content": "What is 2+2?"}]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LlamaCppEngine]:
+    eng = LlamaCppEngine.load(n_ctx=512)
+    yield eng
+    asyncio.run(eng.aclose())
+
+
+async def ids_of(engine: LlamaCppEngine, prompt: Prompt, params: SamplingParams) -> list[int]:
+    return [i async for step in engine.generate(prompt, params) for i in step]
+
+
+async def test_greedy_chat_matches_llama_cpp_pythons_own_completion(engine: LlamaCppEngine) -> None:
+    assert isinstance(engine, Engine)
+    events = [e async for e in stream_events(engine, CHAT, GREEDY)]
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    final = events[-1]
+    assert isinstance(final, Finished)
+    # Oracle: llama-cpp-python's own chat completion (its template handling, its sampler, its detokenizer).
+    reference = engine.llama.create_chat_completion(
+        messages=[dict(m) for m in CHAT],
+        temperature=0.0,
+        max_tokens=GREEDY.max_tokens,
+        top_k=0,
+        min_p=0.0,
+        repeat_penalty=1.0,
+    )
+    choice = reference["choices"][0]
+    assert text == choice["message"]["content"]
+    assert final.reason == choice["finish_reason"]
+    assert final.usage.prompt_tokens == reference["usage"]["prompt_tokens"]
+    # The EOS id counts as a completion token for us (it was computed); llama-cpp-python leaves it out.
+    assert final.usage.completion_tokens in {
+        reference["usage"]["completion_tokens"],
+        reference["usage"]["completion_tokens"] + 1,
+    }
+
+
+async def test_greedy_is_deterministic_and_text_matches_llama_detokenize(engine: LlamaCppEngine) -> None:
+    prompt = "The three primary colours are"
+    first = await ids_of(engine, prompt, GREEDY)
+    assert first == await ids_of(engine, prompt, GREEDY)
+    events = [e async for e in stream_events(engine, prompt, GREEDY)]
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text == bytes(engine.llama.detokenize(first)).decode("utf-8", errors="replace")
+    assert len(first) == GREEDY.max_tokens  # a raw prompt runs to max_tokens here (no EOS)
+
+
+async def test_seed_makes_sampling_repeatable(engine: LlamaCppEngine) -> None:
+    def params(seed: int) -> SamplingParams:
+        return SamplingParams(max_tokens=16, temperature=1.0, top_p=0.95, seed=seed)
+
+    base = await ids_of(engine, CHAT, params(7))
+    assert base == await ids_of(engine, CHAT, params(7))
+    others = [await ids_of(engine, CHAT, params(seed)) for seed in (8, 9, 10)]
+    assert any(other != base for other in others)
+
+
+def test_chat_template_from_the_gguf_is_applied(engine: LlamaCppEngine) -> None:
+    rendered = engine.render(CHAT)
+    assert engine.llama.metadata["tokenizer.chat_template"]
+    assert "<|im_start|>user\nWhat is 2+2?<|im_end|>\n" in rendered
+    assert rendered.endswith("<|im_start|>assistant\n")
+    # llama.cpp's tokenization of the rendered prompt decodes back to it with our tokenizer (specials kept).
+    ids = engine.prompt_ids(CHAT)
+    assert engine.tokenizer.decode(ids, skip_special_tokens=False) == rendered
+    assert engine.render("raw text") == "raw text"
+
+
+async def test_eos_ends_the_generation(engine: LlamaCppEngine) -> None:
+    prompt: list[ChatMessage] = [{"role": "user", "content": "Reply with one word: yes or no?"}]
+    ids = await ids_of(engine, prompt, SamplingParams(max_tokens=100, temperature=0.0))
+    assert ids[-1] in engine.stop_token_ids
+    assert all(i not in engine.stop_token_ids for i in ids[:-1])
+    assert len(ids) < 100
+
+
+async def test_cancel_after_n_steps_stops_within_one_step(engine: LlamaCppEngine) -> None:
+    n = 5
+    reached = asyncio.Event()
+
+    async def consume() -> None:
+        seen = 0
+        async for _ in engine.generate("Count from one to one hundred:", SamplingParams(max_tokens=400)):
+            seen += 1
+            if seen == n:
+                reached.set()
+
+    await engine.wait_idle()
+    before = engine.steps_computed
+    task = asyncio.create_task(consume())
+    await reached.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await engine.wait_idle()
+    # Each step computed one token; at most the one in flight at the cancel follows the n consumed.
+    assert n <= engine.steps_computed - before <= n + 1
+    await asyncio.sleep(0.2)
+    assert engine.steps_computed - before <= n + 1
+
+
+async def test_closing_the_iterator_stops_it_and_the_engine_stays_usable(engine: LlamaCppEngine) -> None:
+    expected = await ids_of(engine, CHAT, GREEDY)
+    await engine.wait_idle()
+    before = engine.steps_computed
+    async with contextlib.aclosing(engine.generate(CHAT, SamplingParams(max_tokens=300))) as steps:
+        async for _ in steps:
+            break
+    await engine.wait_idle()
+    assert engine.steps_computed - before <= 2
+    assert await ids_of(engine, CHAT, GREEDY) == expected
+
+
+async def test_concurrent_generations_queue_instead_of_mixing(engine: LlamaCppEngine) -> None:
+    prompts: list[Prompt] = ["Once upon a time", CHAT, "def fibonacci(n):"]
+    sequential = [await ids_of(engine, p, GREEDY) for p in prompts]
+    concurrent = await asyncio.gather(*(ids_of(engine, p, GREEDY) for p in prompts))
+    assert list(concurrent) == sequential
+
+
+async def test_prompt_longer_than_the_context_is_refused(engine: LlamaCppEngine) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        await ids_of(engine, "word " * 600, GREEDY)
+    assert info.value.code == "context_length_exceeded"
+
+
+def test_model_paths(tmp_path: pytest.TempPathFactory) -> None:
+    assert resolve_model_path("smollm2").name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    with pytest.raises(ConfigError, match="not found"):
+        resolve_model_path("/nonexistent/model.gguf")
+    with pytest.raises(ConfigError, match=r"\.gguf"):
+        resolve_model_path("model.bin")
+
+
+async def test_any_gguf_path_loads_with_progress() -> None:
+    lines: list[str] = []
+    path = str(resolve_model_path("smollm2"))
+    engine = await asyncio.to_thread(LlamaCppEngine.load, path, n_ctx=256, on_progress=lines.append)
+    try:
+        assert lines[0].startswith("loading model SmolLM2-135M-Instruct.Q4_1.gguf (") and "MB)" in lines[0]
+        assert lines[1].startswith("loaded SmolLM2-135M-Instruct.Q4_1.gguf in ")
+        assert engine.model == "SmolLM2-135M-Instruct.Q4_1"
+        assert len(await ids_of(engine, CHAT, SamplingParams(max_tokens=4, temperature=0.0))) <= 4
+    finally:
+        await engine.aclose()
