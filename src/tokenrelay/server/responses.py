@@ -15,13 +15,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-import anyio
-import anyio.abc
-import anyio.lowlevel
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
@@ -60,7 +59,7 @@ class EventStreamResponse(Response):
         on_done: Callable[[Outcome], None] | None = None,
     ) -> None:
         self._frames = frames
-        self._keepalive = keepalive_interval
+        self._keepalive = keepalive_interval if keepalive_interval > 0 else math.inf
         self._send_timeout = send_timeout
         self._on_done = on_done
         self.status_code = 200
@@ -69,71 +68,79 @@ class EventStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = Outcome()
-        # No lock and no timer per write: the token path is the hot path (one send per frame, thousands of
-        # streams). A watchdog task wakes a few times per keep-alive interval, sends a keep-alive when the
-        # stream has been idle, and cancels the stream when one send has been stuck past send_timeout.
-        # Sends may overlap only while both wait for the transport to drain; ASGI servers write each
-        # message to the transport before they wait, so frames keep their order.
-        last_write = anyio.current_time()
+        # The token path is the hot path (one send per frame, thousands of streams), so it carries no lock,
+        # no timer and no cancel scope per write. Three tasks per stream: the pump sends frames; the watcher
+        # waits for http.disconnect; the watchdog sends a keep-alive after `keepalive` seconds of silence and
+        # gives up on a send stuck past `send_timeout` (a client that stopped reading). Whichever ends first
+        # ends the others. Sends overlap only while both wait for the transport to drain; ASGI servers write
+        # each message to the transport before they wait, so frames keep their order.
+        clock = time.monotonic
+        last_write = clock()
         stuck_since: float | None = None
         ending = False
-        group: anyio.abc.TaskGroup
 
-        async def write(message: Message) -> None:
+        async def write(message: Message) -> bool:
             nonlocal last_write, stuck_since
-            stuck_since = anyio.current_time()
+            stuck_since = clock()
             try:
                 await send(message)
             except OSError:  # the connection is gone (ASGI 2.4 servers raise instead of dropping the send)
                 outcome.disconnected = True
-                group.cancel_scope.cancel()
-                await anyio.lowlevel.checkpoint()
+                return False
             stuck_since = None
-            last_write = anyio.current_time()
+            last_write = clock()
+            return True
 
-        async def watchdog() -> None:
-            keepalive = (
-                self._keepalive if self._keepalive > 0 and math.isfinite(self._keepalive) else math.inf
-            )
-            period = min(keepalive, self._send_timeout) / 3
-            while True:
-                await anyio.sleep(period)
-                now = anyio.current_time()
-                if stuck_since is not None and now - stuck_since > self._send_timeout:
-                    # The client stopped reading: flow control has blocked this send for too long. Returning
-                    # without finishing the body makes the server close the connection.
-                    outcome.disconnected = True
-                    group.cancel_scope.cancel()
+        async def pump() -> None:
+            nonlocal ending
+            if not await write({"type": "http.response.start", "status": 200, "headers": self.raw_headers}):
+                return
+            if not await write({"type": "http.response.body", "body": OPENING, "more_body": True}):
+                return
+            async for frame in self._frames:
+                if not await write({"type": "http.response.body", "body": frame, "more_body": True}):
                     return
-                if stuck_since is None and not ending and now - last_write >= keepalive:
-                    await write({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+            ending = True
+            if await write({"type": "http.response.body", "body": b"", "more_body": False}):
+                outcome.completed = True
 
         async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
             outcome.disconnected = True
-            group.cancel_scope.cancel()
 
+        async def watchdog() -> None:
+            period = min(self._keepalive, self._send_timeout) / 3
+            while True:
+                await asyncio.sleep(period)
+                now = clock()
+                if stuck_since is not None and now - stuck_since > self._send_timeout:
+                    # Flow control has blocked this send too long. Returning without finishing the body makes
+                    # the server close the connection.
+                    outcome.disconnected = True
+                    return
+                if stuck_since is None and not ending and now - last_write >= self._keepalive:
+                    await write({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+
+        tasks = [
+            asyncio.ensure_future(pump()),
+            asyncio.ensure_future(watch()),
+            asyncio.ensure_future(watchdog()),
+        ]
         try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(watch)
-                group.start_soon(watchdog)
-                await write({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-                await write({"type": "http.response.body", "body": OPENING, "more_body": True})
-                async for frame in self._frames:
-                    await write({"type": "http.response.body", "body": frame, "more_body": True})
-                ending = True
-                await write({"type": "http.response.body", "body": b"", "more_body": False})
-                outcome.completed = not outcome.disconnected
-                group.cancel_scope.cancel()
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            # Closing the frames closes the generation: the engine stops within the step it is in. Shielded:
-            # on shutdown the server cancels this task, and the event loop may cancel it again while it
-            # cleans up; the generation must still be closed and counted.
-            with anyio.CancelScope(shield=True):
-                await _aclose(self._frames)
+            for task in tasks:
+                task.cancel()
+            # Cancelling the pump cancels the generation at the step it waits for. Shielded: on shutdown the
+            # server cancels this task and the event loop may cancel it again; the generation must still be
+            # closed, counted and logged.
+            await asyncio.shield(_finish(tasks, self._frames))
             if self._on_done is not None:
                 self._on_done(outcome)
+        error = None if tasks[0].cancelled() else tasks[0].exception()
+        if error is not None:
+            raise error
 
 
 class JSONGenerationResponse(Response):
@@ -155,33 +162,39 @@ class JSONGenerationResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = Outcome()
-        result: tuple[int, bytes] | None = None
 
-        async def watch(group: anyio.abc.TaskGroup) -> None:
+        async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
             outcome.disconnected = True
-            group.cancel_scope.cancel()
 
+        produce = asyncio.ensure_future(self._produce())
+        watcher = asyncio.ensure_future(watch())
         try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(watch, group)
-                result = await self._produce()
-                group.cancel_scope.cancel()
-            if result is not None and not outcome.disconnected:
-                status, body = result
+            await asyncio.wait([produce, watcher], return_when=asyncio.FIRST_COMPLETED)
+            if produce.done() and not outcome.disconnected:
+                status, body = produce.result()
                 headers = [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
                 ]
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": body, "more_body": False})
-                outcome.completed = True
-        except OSError:
-            outcome.disconnected = True
+                try:
+                    await send({"type": "http.response.start", "status": status, "headers": headers})
+                    await send({"type": "http.response.body", "body": body, "more_body": False})
+                    outcome.completed = True
+                except OSError:
+                    outcome.disconnected = True
         finally:
+            produce.cancel()
+            watcher.cancel()
+            await asyncio.shield(asyncio.gather(produce, watcher, return_exceptions=True))
             if self._on_done is not None:
                 self._on_done(outcome)
+
+
+async def _finish(tasks: Sequence[asyncio.Future[None]], frames: AsyncIterator[bytes]) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await _aclose(frames)
 
 
 async def _aclose(frames: AsyncIterator[bytes]) -> None:
