@@ -213,7 +213,9 @@ def main() -> None:
                 f"{pct(jitter, 99) * 1000:>8.1f}ms {cpu_tok:>10.1f} {rss:>7.0f}"
             )
             sys.stdout.flush()
-    print("\njitter = distance of each inter-arrival gap from k × 50 ms; sustained = streams that got [DONE].")
+    print(
+        "\njitter = distance of each inter-arrival gap from k × 50 ms; sustained = streams that got [DONE]."
+    )
 
 
 if __name__ == "__main__":
