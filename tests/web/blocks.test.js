@@ -1,0 +1,132 @@
+// BlockRenderer: closed blocks once, the open tail again; split-invariant; work bounded by the last block.
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { BlockRenderer } from '../../src/tokenrelay/web/blocks.js';
+import { renderTokens } from '../../src/tokenrelay/web/markdown.js';
+import { cuttings, encoder, fixture, makeMarkdown, markdownish, seeded, TRICKY } from './helpers.js';
+
+const md = makeMarkdown();
+
+/** What markdown-it makes of the whole text at once: the oracle. */
+function oneShot(text) {
+  return renderTokens(md.parse(text, {}));
+}
+
+/** Stream byte pieces through one TextDecoder into a BlockRenderer, updating after each piece. */
+function streamed(pieces, renderer = new BlockRenderer(md)) {
+  const decoder = new TextDecoder();
+  const closed = [];
+  for (const piece of pieces) {
+    renderer.push(decoder.decode(piece, { stream: true }));
+    closed.push(...renderer.update().closed);
+  }
+  renderer.push(decoder.decode());
+  closed.push(...renderer.finish().closed);
+  return closed;
+}
+
+function assertSplitInvariant(text, options) {
+  const expected = oneShot(text);
+  for (const [name, pieces] of cuttings(encoder.encode(text), options)) {
+    assert.deepEqual(streamed(pieces), expected, `${JSON.stringify(text.slice(0, 40))}: ${name}`);
+  }
+}
+
+describe("BlockRenderer: every cut gives markdown-it's one-shot result", () => {
+  test('the reply fixture (every byte offset, byte by byte, random cuts)', () => {
+    assertSplitInvariant(fixture('reply.md'));
+  });
+
+  test('tricky block boundaries', () => {
+    for (const text of TRICKY) assertSplitInvariant(text);
+  });
+
+  test('random Markdown-ish text (fuzz with a fixed seed)', () => {
+    const random = seeded(2024);
+    for (let run = 0; run < 300; run++) {
+      assertSplitInvariant(markdownish(random), { seed: run, randomRuns: 3, everyOffset: run % 10 === 0 });
+    }
+  });
+});
+
+describe('BlockRenderer: what the open block shows', () => {
+  test('**Menu** is literal asterisks only until its closing pair arrives', () => {
+    const renderer = new BlockRenderer(md);
+    renderer.push('Today: **Menu');
+    assert.deepEqual(renderer.update().open, [{ tag: 'p', attrs: null, children: ['Today: **Menu'] }]);
+    renderer.push('**');
+    assert.deepEqual(renderer.update().open, [
+      { tag: 'p', attrs: null, children: ['Today: ', { tag: 'strong', attrs: null, children: ['Menu'] }] },
+    ]);
+  });
+
+  test('a block closes when the next block has two complete lines, not before', () => {
+    const renderer = new BlockRenderer(md);
+    renderer.push('1. a\n\n2');
+    assert.deepEqual(renderer.update().closed, [], '"2" may become "2. b", the next item');
+    renderer.push('. b\n\nafter\n');
+    assert.deepEqual(renderer.update().closed, [], 'the line after "after" may be "===" or a table row');
+    renderer.push('more\n');
+    const { closed, open } = renderer.update();
+    assert.equal(closed.length, 1);
+    assert.equal(closed[0].tag, 'ol');
+    assert.equal(closed[0].children.length, 2);
+    assert.deepEqual(open, [{ tag: 'p', attrs: null, children: ['after\nmore'] }]);
+    assert.equal(renderer.tail, 'after\nmore\n');
+  });
+
+  test('a partial delimiter row can split a line off the paragraph above: nothing closes on it', () => {
+    const renderer = new BlockRenderer(md);
+    renderer.push('para\nh | i\n-|-');
+    const { closed, open } = renderer.update();
+    assert.deepEqual(closed, []);
+    assert.deepEqual(
+      open.map((node) => node.tag),
+      ['p', 'table'],
+      'a table for now',
+    );
+    renderer.push('x');
+    assert.deepEqual(
+      renderer.update().open.map((node) => node.tag),
+      ['p'],
+      'and now one paragraph again',
+    );
+  });
+
+  test('an unchanged tail is not rendered again', () => {
+    const renderer = new BlockRenderer(md);
+    renderer.push('hello');
+    assert.notEqual(renderer.update().open, null);
+    assert.deepEqual(renderer.update(), { closed: [], open: null });
+  });
+
+  test('push after finish is refused', () => {
+    const renderer = new BlockRenderer(md);
+    renderer.finish();
+    assert.throws(() => renderer.push('x'));
+  });
+});
+
+describe('BlockRenderer: work per update does not grow with the reply', () => {
+  /** Largest text markdown-it was asked to parse while streaming `text` token-sized pieces at a time. */
+  function largestParse(text) {
+    let largest = 0;
+    const counting = { parse: (src, env) => ((largest = Math.max(largest, src.length)), md.parse(src, env)) };
+    const renderer = new BlockRenderer(counting);
+    for (let at = 0; at < text.length; at += 4) {
+      renderer.push(text.slice(at, at + 4));
+      renderer.update();
+    }
+    return largest;
+  }
+
+  test('a 20x longer reply parses no more text per update', () => {
+    const section = fixture('reply.md');
+    const short = largestParse(section.repeat(2));
+    const long = largestParse(section.repeat(40));
+    assert.equal(long, short);
+    // Bounded by the largest block (the table, the fence) plus what arrived since the last update.
+    assert.ok(short < 400, `largest parse ${short} chars`);
+  });
+});

@@ -1,0 +1,180 @@
+// streamChat and ChunkReader: a finished answer told apart from a stopped, failed or truncated one.
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { ChunkReader, streamChat } from '../../src/tokenrelay/web/chat.js';
+import { cutAt, encoder } from './helpers.js';
+
+const chunk = (delta, finish = null) =>
+  `data: ${JSON.stringify({ object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+const usage = (completion) =>
+  `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 5, completion_tokens: completion, total_tokens: 5 + completion } })}\n\n`;
+
+const FINISHED =
+  chunk({ role: 'assistant', content: '' }) +
+  chunk({ content: 'Hel' }) +
+  ': keep-alive\n\n' +
+  chunk({ content: 'lo, ' }) +
+  chunk({ content: '世界 👩‍💻' }) +
+  chunk({}, 'stop') +
+  usage(4) +
+  'data: [DONE]\n\n';
+
+/** A fetch that answers with `pieces` (byte arrays) as the body, and records the request. */
+function fakeFetch(pieces, { status = 200, type = 'text/event-stream', hang = false } = {}) {
+  const calls = [];
+  const fetch = async (url, init) => {
+    calls.push({ url, init });
+    if (init.signal?.aborted) throw new DOMException('The operation was aborted.', 'AbortError');
+    let next = 0;
+    const body = new ReadableStream({
+      start(controller) {
+        init.signal?.addEventListener('abort', () =>
+          controller.error(new DOMException('The operation was aborted.', 'AbortError')),
+        );
+      },
+      pull(controller) {
+        if (next < pieces.length) controller.enqueue(pieces[next++]);
+        else if (!hang) controller.close();
+        else return new Promise(() => {}); // a server still thinking
+      },
+    });
+    return new Response(body, { status, headers: { 'Content-Type': type } });
+  };
+  return { fetch, calls };
+}
+
+async function run(pieces, options = {}, extra = {}) {
+  const { fetch, calls } = fakeFetch(pieces, options);
+  const deltas = [];
+  const outcome = await streamChat({
+    model: 'm',
+    messages: [{ role: 'user', content: 'hi' }],
+    onDelta: (d) => deltas.push(d),
+    fetch,
+    ...extra,
+  });
+  return { outcome, deltas, calls };
+}
+
+describe('streamChat', () => {
+  test('posts the whole conversation with stream and include_usage', async () => {
+    const { calls } = await run([encoder.encode(FINISHED)]);
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].url, '/v1/chat/completions');
+    assert.equal(calls[0].init.method, 'POST');
+    assert.deepEqual(JSON.parse(calls[0].init.body), {
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+  });
+
+  test('a finished reply: deltas in order, usage, finish_reason; the same for every byte cut', async () => {
+    const bytes = encoder.encode(FINISHED);
+    for (let offset = 0; offset <= bytes.length; offset++) {
+      const { outcome, deltas } = await run(cutAt(bytes, offset));
+      assert.equal(deltas.join(''), 'Hello, 世界 👩‍💻', `cut at ${offset}`);
+      assert.equal(outcome.status, 'finished');
+      assert.equal(outcome.content, 'Hello, 世界 👩‍💻');
+      assert.equal(outcome.finishReason, 'stop');
+      assert.equal(outcome.tokens, 4);
+      assert.equal(outcome.error, null);
+    }
+  });
+
+  test('TTFT, tokens/s and total time come from the clock', async () => {
+    const ticks = [1000, 1250, 1300, 1350, 1600]; // start, three deltas, end
+    const { outcome } = await run([encoder.encode(FINISHED)], {}, { now: () => ticks.shift() });
+    assert.equal(outcome.ttftMs, 250);
+    assert.equal(outcome.totalMs, 600);
+    // 4 tokens: 3 intervals between the first and the last delta (100 ms).
+    assert.equal(outcome.tokensPerSecond, 30);
+  });
+
+  test('a stream that stops without finish_reason or [DONE] is truncated', async () => {
+    const text = chunk({ content: 'The answer is' }) + chunk({ content: ' 4' });
+    for (const body of [text, text + 'data: {"choices":[{"delta":{"content":"2"}', text + usage(2)]) {
+      const { outcome } = await run([encoder.encode(body)]);
+      assert.equal(outcome.status, 'truncated', body);
+      assert.match(outcome.content, /^The answer is 4/);
+    }
+  });
+
+  test('finish_reason without [DONE] is finished; [DONE] alone is finished', async () => {
+    assert.equal((await run([encoder.encode(chunk({ content: 'a' }, 'length'))])).outcome.status, 'finished');
+    assert.equal(
+      (await run([encoder.encode(chunk({ content: 'a' }) + 'data: [DONE]\n\n')])).outcome.status,
+      'finished',
+    );
+  });
+
+  test('an error event mid-stream is an error, with the text that came before it', async () => {
+    const body =
+      chunk({ content: 'partial' }) +
+      'data: {"error": {"message": "engine failed", "type": "server_error"}}\n\n' +
+      chunk({ content: ' ignored' });
+    const { outcome, deltas } = await run([encoder.encode(body)]);
+    assert.equal(outcome.status, 'error');
+    assert.equal(outcome.error, 'engine failed');
+    assert.deepEqual(deltas, ['partial']);
+  });
+
+  test("an HTTP error shows the server's OpenAI error message", async () => {
+    const body = JSON.stringify({ error: { message: 'model not found', type: 'not_found_error' } });
+    const { outcome, deltas } = await run([encoder.encode(body)], { status: 404, type: 'application/json' });
+    assert.equal(outcome.status, 'error');
+    assert.equal(outcome.error, '404: model not found');
+    assert.deepEqual(deltas, []);
+  });
+
+  test('a body that is not an event stream is an error', async () => {
+    const { outcome } = await run([encoder.encode('<html>')], { type: 'text/html' });
+    assert.equal(outcome.status, 'error');
+    assert.match(outcome.error, /event stream/);
+  });
+
+  test('a chunk that is not JSON is an error', async () => {
+    const { outcome } = await run([encoder.encode('data: {oops\n\n')]);
+    assert.equal(outcome.status, 'error');
+    assert.match(outcome.error, /bad chunk/);
+  });
+
+  test('a network failure is an error', async () => {
+    const fetch = async () => {
+      throw new TypeError('Failed to fetch');
+    };
+    const outcome = await streamChat({ model: 'm', messages: [], onDelta: () => {}, fetch });
+    assert.equal(outcome.status, 'error');
+    assert.match(outcome.error, /Failed to fetch/);
+  });
+
+  test('Stop aborts the fetch mid-stream: stopped, keeping what came', async () => {
+    const controller = new AbortController();
+    const { fetch } = fakeFetch([encoder.encode(chunk({ content: 'thinking' }))], { hang: true });
+    const outcome = await streamChat({
+      model: 'm',
+      messages: [],
+      fetch,
+      signal: controller.signal,
+      onDelta: () => controller.abort(),
+    });
+    assert.equal(outcome.status, 'stopped');
+    assert.equal(outcome.content, 'thinking');
+    assert.equal(outcome.error, null);
+  });
+});
+
+describe('ChunkReader', () => {
+  test('ignores chunks without text and everything after [DONE]', () => {
+    const reader = new ChunkReader();
+    assert.equal(reader.feed({ data: JSON.stringify({ choices: [{ delta: { role: 'assistant' } }] }) }), '');
+    assert.equal(reader.feed({ data: JSON.stringify({ choices: [{ delta: { content: 'x' } }] }) }), 'x');
+    assert.equal(reader.status(), 'truncated');
+    assert.equal(reader.feed({ data: '[DONE]' }), '');
+    assert.equal(reader.feed({ data: JSON.stringify({ choices: [{ delta: { content: 'y' } }] }) }), '');
+    assert.equal(reader.status(), 'finished');
+    assert.equal(reader.content, 'x');
+  });
+});

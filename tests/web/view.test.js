@@ -1,0 +1,248 @@
+// MarkdownView: bytes -> TextDecoder -> frames -> DOM, with a light DOM (linkedom) standing in for the page.
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { parseHTML } from 'linkedom';
+import { BlockRenderer } from '../../src/tokenrelay/web/blocks.js';
+import { renderTokens } from '../../src/tokenrelay/web/markdown.js';
+import { Smoother } from '../../src/tokenrelay/web/smoother.js';
+import { buildNodes, MarkdownView } from '../../src/tokenrelay/web/view.js';
+import { cuttings, encoder, fixture, makeMarkdown, markdownish, seeded, TRICKY } from './helpers.js';
+
+const md = makeMarkdown();
+
+/** A document, a container in it, and a frame queue the test runs by hand. */
+function page() {
+  const { document } = parseHTML('<!doctype html><html><body><div id="reply"></div></body></html>');
+  const frames = [];
+  const clock = { now: 0 };
+  return {
+    document,
+    container: document.getElementById('reply'),
+    frames,
+    clock,
+    requestFrame: (callback) => frames.push(callback),
+    /** Run the frames requested so far (not those they request), at `clock.now`. */
+    runFrames() {
+      const due = frames.splice(0);
+      for (const callback of due) callback(clock.now);
+      return due.length;
+    },
+  };
+}
+
+function view(p, options = {}) {
+  return new MarkdownView({
+    container: p.container,
+    renderer: new BlockRenderer(md),
+    requestFrame: p.requestFrame,
+    now: () => p.clock.now,
+    ...options,
+  });
+}
+
+/** The reply's top-level block nodes, in order: the closed ones from their groups, then the open ones. */
+function blocks(container) {
+  return Array.from(container.childNodes).flatMap((node) =>
+    node.nodeName === 'DIV' && node.getAttribute('class') === 'blocks' ? Array.from(node.childNodes) : [node],
+  );
+}
+
+/** The reply as HTML without the group wrappers. */
+function html(container) {
+  return blocks(container)
+    .map((node) => node.outerHTML ?? node.textContent)
+    .join('');
+}
+
+/** The container's HTML once markdown-it's one-shot render of `text` is built into it. */
+function oneShotHTML(text) {
+  const p = page();
+  for (const node of buildNodes(p.document, renderTokens(md.parse(text, {})))) p.container.appendChild(node);
+  return p.container.innerHTML;
+}
+
+/** Stream `text`'s bytes through a view, one frame per piece, for every cutting: always the one-shot DOM. */
+function assertSameDOM(text, cutOptions) {
+  const expected = oneShotHTML(text);
+  for (const [name, pieces] of cuttings(encoder.encode(text), cutOptions)) {
+    const p = page();
+    const v = view(p);
+    const decoder = new TextDecoder();
+    for (const piece of pieces) {
+      v.append(decoder.decode(piece, { stream: true }));
+      p.runFrames();
+    }
+    v.append(decoder.decode());
+    v.end();
+    p.runFrames();
+    assert.equal(html(p.container), expected, `${JSON.stringify(text.slice(0, 40))}: ${name}`);
+  }
+}
+
+describe('MarkdownView: the same DOM for every cut of the bytes', () => {
+  test('reply fixture: every byte offset, byte by byte and random cuts, a frame after each piece', () => {
+    assertSameDOM(fixture('reply.md'));
+  });
+
+  test('tricky block boundaries, where the open block changes kind as it grows', () => {
+    for (const text of TRICKY) assertSameDOM(text);
+  });
+
+  test('random Markdown-ish text (fuzz with a fixed seed)', () => {
+    const random = seeded(4048);
+    for (let run = 0; run < 150; run++) {
+      assertSameDOM(markdownish(random), { seed: run, randomRuns: 2, everyOffset: run % 10 === 0 });
+    }
+  });
+});
+
+describe('MarkdownView: at most one DOM write per animation frame', () => {
+  test('deltas arriving between frames are batched into one write', () => {
+    const p = page();
+    const v = view(p);
+    for (const word of 'many deltas arrive before the browser draws'.split(' ')) v.append(`${word} `);
+    assert.equal(p.frames.length, 1, 'one frame requested for all of them');
+    assert.equal(p.container.textContent, '', 'nothing written before the frame');
+    p.runFrames();
+    assert.equal(v.writes, 1);
+    assert.equal(p.container.textContent, 'many deltas arrive before the browser draws');
+  });
+
+  test('a frame with nothing new writes nothing and asks for no other frame', () => {
+    const p = page();
+    const v = view(p);
+    v.append('text');
+    p.runFrames();
+    assert.equal(p.runFrames(), 0);
+    assert.equal(v.writes, 1);
+  });
+
+  test('closed blocks stay the same nodes, untouched, while the reply grows', () => {
+    const p = page();
+    const v = view(p);
+    // "Second" starts on a complete line, so the two blocks before it are closed.
+    v.append('# Title\n\nFirst paragraph.\n\nSecond\n');
+    p.runFrames();
+    const [title, first] = blocks(p.container);
+    assert.equal(title.outerHTML, '<h1>Title</h1>');
+    assert.equal(first.outerHTML, '<p>First paragraph.</p>');
+    for (const more of ['grows.', '\n\n- a', '\n- b\n\nend']) {
+      v.append(more);
+      p.runFrames();
+      assert.equal(blocks(p.container)[0], title);
+      assert.equal(blocks(p.container)[1], first);
+      assert.equal(title.outerHTML, '<h1>Title</h1>');
+      assert.equal(first.outerHTML, '<p>First paragraph.</p>');
+    }
+    v.end();
+    p.runFrames();
+    assert.equal(
+      html(p.container),
+      '<h1>Title</h1><p>First paragraph.</p><p>Second\ngrows.</p><ul><li>a</li><li>b</li></ul><p>end</p>',
+    );
+  });
+
+  test('blocks fill groups of 32; a full group of closed blocks is never touched again', () => {
+    const p = page();
+    const v = view(p);
+    v.append(Array.from({ length: 40 }, (_, i) => `paragraph ${i}\n\n`).join(''));
+    p.runFrames();
+    const [full, second] = p.container.childNodes;
+    assert.equal(p.container.childNodes.length, 2);
+    assert.equal(full.childNodes.length, 32);
+    assert.equal(second.childNodes.length, 8, 'paragraphs 32..38 closed and 39, still open');
+    const before = full.outerHTML;
+    v.append('more');
+    v.end();
+    p.runFrames();
+    assert.equal(p.container.childNodes[0], full);
+    assert.equal(full.outerHTML, before);
+    assert.equal(second.childNodes.length, 9);
+    assert.equal(second.lastChild.outerHTML, '<p>more</p>');
+  });
+
+  test('the open block is patched in place: a growing paragraph keeps its element and text node', () => {
+    const p = page();
+    const v = view(p);
+    v.append('Hello');
+    p.runFrames();
+    const [paragraph] = blocks(p.container);
+    const textNode = paragraph.firstChild;
+    v.append(', world');
+    p.runFrames();
+    assert.equal(blocks(p.container)[0], paragraph);
+    assert.equal(paragraph.firstChild, textNode);
+    assert.equal(textNode.data, 'Hello, world');
+    v.append('\n===');
+    p.runFrames();
+    assert.equal(html(p.container), '<h1>Hello, world</h1>', 'a change of kind replaces the element');
+  });
+
+  test('end() resolves after the last frame has drawn everything', async () => {
+    const p = page();
+    const v = view(p);
+    v.append('**Menu');
+    p.runFrames();
+    assert.equal(html(p.container), '<p>**Menu</p>');
+    v.append('**');
+    const done = v.end();
+    p.runFrames();
+    await done;
+    assert.equal(html(p.container), '<p><strong>Menu</strong></p>');
+    assert.throws(() => v.append('more'));
+  });
+});
+
+describe('MarkdownView with smoothing', () => {
+  test('text comes out over several frames, one write each, and end() flushes the rest', async () => {
+    const p = page();
+    const v = view(p, { smoother: new Smoother({ maxDelayMs: 200 }) });
+    v.append('warm-up ');
+    p.clock.now = 100;
+    v.append('then a burst of text to spread out');
+    const seen = [];
+    for (let frame = 0; frame < 4; frame++) {
+      p.clock.now += 16;
+      p.runFrames();
+      seen.push(p.container.textContent);
+    }
+    assert.equal(v.writes, seen.filter((t, i) => t !== (seen[i - 1] ?? '')).length);
+    assert.ok(seen[0].length < seen[3].length, `text should grow frame by frame: ${JSON.stringify(seen)}`);
+    assert.ok(!seen[3].endsWith('out'), 'still holding some text');
+    const done = v.end();
+    p.runFrames();
+    await done;
+    assert.equal(p.container.textContent, 'warm-up then a burst of text to spread out');
+  });
+
+  test('switching smoothing off releases what it held at the next frame', () => {
+    const p = page();
+    const v = view(p, { smoother: new Smoother({ maxDelayMs: 1000 }) });
+    v.append('held back');
+    p.runFrames();
+    assert.notEqual(p.container.textContent, 'held back');
+    v.setSmoother(null);
+    p.runFrames();
+    assert.equal(p.container.textContent, 'held back');
+  });
+});
+
+describe('buildNodes', () => {
+  test("refuses tags and attributes outside the renderer's lists", () => {
+    const { document } = parseHTML('<html><body></body></html>');
+    assert.throws(() => buildNodes(document, [{ tag: 'script', attrs: null, children: [] }]), /script/);
+    assert.throws(
+      () => buildNodes(document, [{ tag: 'a', attrs: { onclick: 'x' }, children: [] }]),
+      /onclick/,
+    );
+  });
+
+  test('text stays text', () => {
+    const { document } = parseHTML('<html><body><div></div></body></html>');
+    const div = document.querySelector('div');
+    for (const node of buildNodes(document, ['<img src=x onerror=alert(1)>'])) div.appendChild(node);
+    assert.equal(div.children.length, 0);
+    assert.equal(div.innerHTML, '&lt;img src=x onerror=alert(1)&gt;');
+  });
+});
