@@ -46,20 +46,24 @@ def run_tokenrelay(tok: object) -> Runner:
         detok = Detokenizer(tok)  # type: ignore[arg-type]
         feed = detok.feed
         singles = all(len(s) == 1 for s in steps)
-        out = [feed(s[0]) for s in steps] if singles else [feed(s) for s in steps]
+        out = (
+            [feed(s[0]) for s in steps] if singles else [feed(s) for s in steps]
+        )  # an int per step, or a list
         return "".join(out) + detok.finish()
 
     return run
 
 
-def run_decode_stream(tk: HFCore) -> Runner:
+def run_decode_stream(tk: HFCore, *, per_id: bool = True) -> Runner:
+    """HF DecodeStream, fed one id per call (``per_id``) or each step's ids as one list."""
+
     def run(steps: Steps) -> str:
         stream = DecodeStream(skip_special_tokens=True)
         step = stream.step
         out: list[str] = []
         for s in steps:
-            for i in s:  # DecodeStream takes one id per step
-                piece = step(tk, i)
+            for arg in s if per_id or len(s) == 1 else [s]:
+                piece = step(tk, arg)
                 if piece is not None:
                     out.append(piece)
         return "".join(out)
@@ -156,13 +160,14 @@ def main() -> None:
         ("Mistral v3", mistral, hf_mistral),
     ]
     print(
-        f"{'tokenizer':<11} {'tokens':>6} {'step':>4}  {'method':<22} {'µs/token':>9} {'vs tokenrelay':>13}  exact"
+        f"{'tokenizer':<11} {'tokens':>6} {'step':>4}  {'method':<24} {'µs/token':>9} {'vs tokenrelay':>13}  exact"
     )
     for label, tok, tk in setups:
         base_ids = tok.encode(text)
         methods: list[tuple[str, Runner, int]] = [
             ("tokenrelay", run_tokenrelay(tok), 10**9),
             ("HF DecodeStream", run_decode_stream(tk), 10**9),
+            ("HF DecodeStream (lists)", run_decode_stream(tk, per_id=False), 10**9),
             ("prefix/read offsets", run_prefix_offset(tk), 10**9),
             ("naive full decode", run_naive(tk), 2048),
             ("TextIteratorStreamer", run_text_streamer(tk), 10**9),
@@ -186,7 +191,7 @@ def main() -> None:
                     else:
                         ratio = f"{us / mine:.2f}×"
                     ok = "yes" if got == want else "NO"
-                    print(f"{label:<11} {n:>6} {step_size:>4}  {name:<22} {us:>9.3f} {ratio:>13}  {ok}")
+                    print(f"{label:<11} {n:>6} {step_size:>4}  {name:<24} {us:>9.3f} {ratio:>13}  {ok}")
         lo, hi = min(flat.values()), max(flat.values())
         print(
             f"{label}: tokenrelay single-step cost from {sizes[0]} to {sizes[-1]} tokens: "

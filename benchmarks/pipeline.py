@@ -34,7 +34,7 @@ from tokenrelay._stream import Finished, TextDelta, TextStream
 from tokenrelay.engines import ReplayEngine, SamplingParams
 from tokenrelay.tokenizers import load_tokenizer
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "multilingual.txt"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "multilingual.txt"
 STOPS = ["\n\nUser:", "<|im_end|>", "###", "STOP-SEQUENCE-NEVER-SEEN"]
 
 

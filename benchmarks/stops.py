@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tokenrelay._stops import StopMatcher
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "multilingual.txt"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "multilingual.txt"
 
 
 class TailFindMatcher:

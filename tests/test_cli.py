@@ -16,7 +16,7 @@ from tokenrelay import cli
 from tokenrelay.tokenizers import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS_PATH = ROOT.parent / "shared" / "corpus" / "multilingual.txt"
+CORPUS_PATH = ROOT / "tests" / "data" / "multilingual.txt"
 CORPUS = CORPUS_PATH.read_text("utf-8")
 REPLAY = ["--engine", "replay", "--text-file", str(CORPUS_PATH), "--rate", "0", "--max-tokens", "100000"]
 

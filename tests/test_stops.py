@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tokenrelay._stops import StopMatcher
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "multilingual.txt"
+CORPUS = Path(__file__).resolve().parent / "data" / "multilingual.txt"
 
 
 def oracle(text: str, stops: Sequence[str], include_stop: bool = False) -> tuple[str, str | None]:
