@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import itertools
 import logging
@@ -297,6 +298,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
         gen = parse_generation(
             body, kind, max_tokens_limit=config.max_tokens_limit, default_max_tokens=config.default_max_tokens
         )
+        if not gen.model:
+            gen = dataclasses.replace(gen, model=engine.model)
         if gen.model not in server.models:
             raise NotFoundError(
                 f"model '{gen.model}' does not exist; this server serves {', '.join(server.models)}",

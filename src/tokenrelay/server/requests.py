@@ -45,7 +45,7 @@ class Message(BaseModel):
 
 class _Common(BaseModel):
     model_config = ConfigDict(extra="allow")
-    model: str
+    model: str = ""  # empty or omitted: the model this server serves
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = None
