@@ -6,8 +6,10 @@ Each server runs in its own process (uvicorn, one worker, the replay engine paci
 
 * sustained: streams that received their whole reply ([DONE]) — a stream that errors or is cut does not count;
 * TTFT p50/p99: request sent → first content frame;
-* jitter p99: how far each gap between consecutive content frames is from a whole number of 50 ms cadences
-  (a token that ends mid-character sends no frame, so two cadences between frames is on time);
+* jitter p99: |actual − expected gap| between consecutive content frames. The expected gap is 50 ms times the
+  number of tokens between the frames: tokenrelay sends no frame for a token that ends inside a character,
+  so the benchmark replays the same ids through a ``Detokenizer`` to know which tokens produce frames; the
+  baseline sends a frame for every token;
 * server CPU per token (µs) and RSS (MB), read from /proc for the server process.
 
 The baseline is what a naive FastAPI app does: ``StreamingResponse`` over a generator that decodes each token
@@ -178,6 +180,18 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q / 100 * len(values)))]
 
 
+def tokenrelay_frame_steps(tokens: int) -> list[int]:
+    """For each content frame tokenrelay will send, the index of the token that completed it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tiny_tokenizers import corpus_text
+    from tokenrelay import Detokenizer, load_tokenizer
+
+    tok = load_tokenizer("smollm2")
+    ids = tok.encode(tok.decode((tok.encode(corpus_text()) * 3)[:tokens]))  # what the server's replay sends
+    detok = Detokenizer(tok)
+    return [k for k, i in enumerate(ids) if detok.feed(i)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -186,6 +200,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=120, help="tokens per reply (at 20/s: 6 s)")
     args = parser.parse_args()
     counts = [int(x) for x in args.streams.split(",")]
+    frame_steps = {"tokenrelay": tokenrelay_frame_steps(args.tokens), "baseline": list(range(args.tokens))}
     print(
         f"{'server':<11} {'streams':>7} {'sustained':>9} {'ttft p50':>9} {'ttft p99':>9} "
         f"{'jitter p99':>10} {'cpu µs/tok':>10} {'rss MB':>7}"
@@ -202,10 +217,12 @@ def main() -> None:
                 proc.wait(timeout=10)
             ok = [s for s in streams if s.done and not s.error]
             ttfts = [s.frames[0] - s.sent for s in ok if s.frames]
-            # A token that ends inside a character sends no frame (tokenrelay holds the partial character), so
-            # a gap of k cadences is on time: jitter is the distance to the nearest whole number of cadences.
-            gaps = [b - a for s in ok for a, b in zip(s.frames, s.frames[1:], strict=False)]
-            jitter = [abs(g - max(1, round(g / GAP)) * GAP) for g in gaps]
+            steps = frame_steps[kind]
+            jitter = [
+                abs((s.frames[j] - s.frames[j - 1]) - (steps[j] - steps[j - 1]) * GAP)
+                for s in ok
+                for j in range(1, min(len(s.frames), len(steps)))
+            ]
             frames = sum(len(s.frames) for s in streams)
             cpu_tok = (cpu1 - cpu0) / frames * 1e6 if frames else float("nan")
             print(
@@ -214,7 +231,7 @@ def main() -> None:
             )
             sys.stdout.flush()
     print(
-        "\njitter = distance of each inter-arrival gap from k × 50 ms; sustained = streams that got [DONE]."
+        "\njitter = |gap − tokens between frames × 50 ms| at the client; sustained = streams that got [DONE]."
     )
 
 

@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tokenrelay._errors import (
     AuthenticationError,
@@ -244,6 +245,27 @@ class _Run:
         )
 
 
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+class _GZipExceptGenerations:
+    """Compress ordinary responses; never let a generation pass through a compressor.
+
+    Starlette's GZipMiddleware already leaves ``text/event-stream`` alone, but it still wraps every send of
+    the stream; routing generations around it keeps the token path free of it, whatever its rules become.
+    """
+
+    def __init__(self, app: ASGIApp, minimum_size: int = 500) -> None:
+        self.app = app
+        self.gzip = GZipMiddleware(app, minimum_size=minimum_size)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in GENERATION_PATHS:
+            await self.app(scope, receive, send)
+        else:
+            await self.gzip(scope, receive, send)
+
+
 def _error_response(exc: TokenRelayError) -> JSONResponse:
     headers = {}
     if isinstance(exc, RateLimitError):
@@ -270,8 +292,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     app = FastAPI(title="tokenrelay", version="0.1.0", lifespan=lifespan)
     app.state.tokenrelay = server
     if config.gzip:
-        # Starlette's GZipMiddleware leaves text/event-stream alone; a test on a real socket keeps it so.
-        app.add_middleware(GZipMiddleware, minimum_size=500)
+        app.add_middleware(_GZipExceptGenerations, minimum_size=500)
 
     @app.exception_handler(TokenRelayError)
     async def _relay_error(request: Request, exc: TokenRelayError) -> JSONResponse:
