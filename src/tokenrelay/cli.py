@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tokenrelay._errors import TokenRelayError
 from tokenrelay._stream import Finished, Timings
+from tokenrelay.doctor import command as doctor_command
 
 if TYPE_CHECKING:
     from tokenrelay.engines import Engine
@@ -247,6 +248,7 @@ COMMANDS: list[Command] = [
     Command(
         "serve", "serve an OpenAI-compatible streaming API and the chat page", _configure_serve, _run_serve
     ),
+    Command("doctor", doctor_command.HELP, doctor_command.configure, doctor_command.run),
 ]
 
 

@@ -49,6 +49,7 @@ from tokenrelay._stream import Finished, TextDelta, percentile
 from tokenrelay.engines.base import Engine, stream_events
 
 from .admission import Admission
+from .diagnostics import add_diagnostics_routes
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .requests import ChatCompletionBody, CompletionBody, Generation, parse_generation
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
@@ -73,6 +74,7 @@ class ServerConfig:
     gzip: bool = True  # compress ordinary responses (never event streams)
     model_aliases: tuple[str, ...] = ()
     retry_after: float = 1.0
+    diagnostics: bool = True  # the doctor's diagnostic stream under /v1/diagnostics/
 
 
 class _Server:
@@ -373,6 +375,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     async def metrics() -> Response:
         return Response(server.metrics.render(), media_type=CONTENT_TYPE)
 
+    if config.diagnostics:  # GET /v1/diagnostics/stream and /v1/diagnostics/streams/{id}: the doctor's probe
+        add_diagnostics_routes(app)
     _mount_page(app)
     return app
 

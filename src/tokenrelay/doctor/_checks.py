@@ -1,0 +1,300 @@
+"""The checks both modes share: headers, who to blame for a hold, latency, the end of the stream, cancelling.
+
+Sans-I/O, standard library only. Every problem names the hop it points to and the fix, worded for the person
+who runs the proxy; the rules for *which* hop are evidence first:
+
+=========================================  ==================================================================
+evidence                                   hop blamed for a held stream
+=========================================  ==================================================================
+``Content-Encoding`` other than identity   compression: a compressor emits when its buffer fills, unless
+                                           each write is flushed (nginx gzip with proxy buffering on)
+``ETag`` or ``Content-Length`` on a stream  middleware that needs the whole body to hash or measure it
+``Server: nginx`` (or ``Via``)             that proxy's response buffering
+nothing                                    "a buffering hop": reverse proxy, CDN or middleware
+=========================================  ==================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tokenrelay.doctor._recording import CancelObservation, Exchange, TimedEvent
+from tokenrelay.doctor._report import Check, Status
+from tokenrelay.doctor._verdict import Relay, RelayKind
+
+__all__ = [
+    "FIX_CANCEL",
+    "FIX_COMPRESSION",
+    "FIX_NAIVE_SPLIT",
+    "FIX_NGINX",
+    "FIX_PROXY",
+    "FIX_WHOLE_BODY",
+    "cancel_check",
+    "culprit",
+    "encoding",
+    "end_check",
+    "first_with_text",
+    "header_checks",
+    "latency_check",
+    "proxy_name",
+    "timing_check",
+]
+
+FIX_NGINX = (
+    "nginx proxy_buffering: send X-Accel-Buffering: no (and keep it out of proxy_ignore_headers) "
+    "or set proxy_buffering off for this location"
+)
+FIX_PROXY = (
+    "turn off response buffering for text/event-stream at the proxy "
+    "(nginx: proxy_buffering off; Apache mod_proxy: flushpackets=on; a CDN: bypass its cache for the stream)"
+)
+FIX_COMPRESSION = (
+    "gzip: exclude text/event-stream from compression (nginx: drop it from gzip_types; GZipMiddleware and "
+    "similar: skip text/event-stream); if the stream is still held after that, look at proxy buffering"
+)
+FIX_WHOLE_BODY = (
+    "exclude text/event-stream from middleware that needs the whole body "
+    "(ETag hashing, Content-Length, response caching, body logging)"
+)
+FIX_NAIVE_SPLIT = "client splits on \\n\\n: accept CR, LF and CRLF line ends (WHATWG event-stream parsing)"
+FIX_CANCEL = (
+    "make every hop pass the client's close upstream (nginx: proxy_ignore_client_abort off, the default) "
+    "and make the server stop generating on http.disconnect"
+)
+
+_KNOWN_PROXIES = (
+    "nginx",
+    "envoy",
+    "caddy",
+    "traefik",
+    "apache",
+    "haproxy",
+    "varnish",
+    "cloudflare",
+    "openresty",
+)
+
+
+def proxy_name(exchange: Exchange) -> str | None:
+    """The proxy the response names in ``Server`` or ``Via``, if any."""
+    for header in ("server", "via"):
+        value = (exchange.header(header) or "").lower()
+        for name in _KNOWN_PROXIES:
+            if name in value:
+                return "nginx" if name == "openresty" else name
+    via = exchange.header("via")
+    return f"a proxy (Via: {via})" if via else None
+
+
+def encoding(exchange: Exchange) -> str | None:
+    """The response's content coding, or None for identity."""
+    value = (exchange.header("content-encoding") or "").strip().lower()
+    return None if value in ("", "identity") else value
+
+
+def culprit(exchange: Exchange) -> tuple[str, str]:
+    """``(hop, fix)`` for a held stream, by the evidence in the module docstring."""
+    coding = encoding(exchange)
+    if coding:
+        return f"compression (Content-Encoding: {coding})", FIX_COMPRESSION
+    whole = [name for name in ("ETag", "Content-Length") if exchange.header(name) is not None]
+    if whole:
+        return f"middleware that needs the whole body ({' and '.join(whole)} on a stream)", FIX_WHOLE_BODY
+    proxy = proxy_name(exchange)
+    if proxy == "nginx":
+        return "nginx proxy buffering", FIX_NGINX
+    return (
+        f"{proxy} buffering" if proxy else "a buffering hop (reverse proxy, CDN or middleware)"
+    ), FIX_PROXY
+
+
+def header_checks(exchange: Exchange, relay: Relay | None) -> list[Check]:
+    """One line per streaming-relevant header. ``relay`` says whether the stream was held (for encodings)."""
+    checks: list[Check] = []
+    ctype = exchange.header("content-type") or ""
+    if ctype.split(";")[0].strip().lower() == "text/event-stream":
+        checks.append(Check(Status.PASS, "content-type", ctype))
+    else:
+        checks.append(
+            Check(
+                Status.FAIL,
+                "content-type",
+                f"{ctype or '(none)'}, not text/event-stream",
+                hop="the server, or a hop that rewrote it",
+                fix="send Content-Type: text/event-stream (EventSource requires it; proxies pick buffering "
+                "and compression by it)",
+            )
+        )
+    cache = exchange.header("cache-control")
+    if cache and any(word in cache.lower() for word in ("no-cache", "no-store")):
+        checks.append(Check(Status.PASS, "cache-control", cache))
+    else:
+        checks.append(
+            Check(
+                Status.WARN,
+                "cache-control",
+                f"{cache or '(none)'}: a cache or CDN may store, coalesce or replay the stream",
+                hop="the server (or a hop that dropped the header)",
+                fix="send Cache-Control: no-cache on event streams",
+            )
+        )
+    checks.append(_accel_check(exchange))
+    checks.append(_encoding_check(exchange, relay))
+    length = exchange.header("content-length")
+    if length is None:
+        checks.append(Check(Status.PASS, "content-length", "absent, as a stream's should be"))
+    else:
+        checks.append(
+            Check(Status.WARN, "content-length", f"{length}: the whole body was known before the first byte")
+        )
+    transfer = exchange.header("transfer-encoding")
+    checks.append(Check(Status.INFO, "transfer-encoding", transfer or "(none: HTTP/2, or ended by closing)"))
+    etag = exchange.header("etag")
+    if etag is None:
+        checks.append(Check(Status.PASS, "etag", "absent"))
+    else:
+        checks.append(
+            Check(Status.WARN, "etag", f"{etag}: something hashed the whole body before sending it")
+        )
+    return checks
+
+
+def _accel_check(exchange: Exchange) -> Check:
+    value = exchange.header("x-accel-buffering")
+    if value is not None and value.strip().lower() == "no":
+        return Check(Status.PASS, "x-accel-buffering", "no")
+    if value is not None:
+        return Check(
+            Status.WARN,
+            "x-accel-buffering",
+            f"{value}: asks nginx to buffer",
+            hop="the server",
+            fix="send X-Accel-Buffering: no on event streams",
+        )
+    if proxy_name(exchange) == "nginx":
+        return Check(Status.INFO, "x-accel-buffering", "not visible: nginx acts on it and removes it")
+    return Check(Status.INFO, "x-accel-buffering", "absent (only nginx reads it)")
+
+
+def _encoding_check(exchange: Exchange, relay: Relay | None) -> Check:
+    coding = encoding(exchange)
+    if coding is None:
+        return Check(Status.PASS, "content-encoding", "none")
+    decoded = len(exchange.body)
+    ratio = f"{exchange.wire_bytes} B on the wire for {decoded} B"
+    if relay is not None and relay.kind in (RelayKind.LUMP, RelayKind.BURSTS, RelayKind.INITIAL_HOLD):
+        hop, fix = culprit(exchange)
+        return Check(
+            Status.FAIL, "content-encoding", f"{coding} ({ratio}), and the stream was held", hop, fix
+        )
+    verdict = (
+        "events still arrived one by one" if relay and relay.kind is RelayKind.STREAMING else "see timing"
+    )
+    return Check(
+        Status.WARN,
+        "content-encoding",
+        f"{coding} ({ratio}): {verdict}; a hop that buffers compressed data would hold it",
+        hop=f"compression ({coding})",
+        fix=FIX_COMPRESSION,
+    )
+
+
+def timing_check(exchange: Exchange, relay: Relay, *, send_times: bool) -> Check:
+    """The relay verdict as a check. Without send times (``send_times=False``) a hold cannot be told apart
+    from a server that batches its output, so only evidence in the headers makes it a FAIL."""
+    kind = relay.kind
+    if kind is RelayKind.UNMEASURED:
+        return Check(Status.INFO, "timing", relay.describe())
+    if kind is RelayKind.STREAMING:
+        return Check(Status.PASS, "timing", relay.describe())
+    hop, fix = culprit(exchange)
+    evidence = encoding(exchange) or exchange.header("etag") or exchange.header("content-length")
+    if not send_times:
+        status = Status.FAIL if kind is RelayKind.LUMP and evidence else Status.WARN
+        note = "" if status is Status.FAIL else " (without send times a hop and server batching look alike)"
+        return Check(status, "timing", relay.describe() + note, hop, fix)
+    if kind is RelayKind.IRREGULAR:
+        return Check(
+            Status.WARN,
+            "timing",
+            relay.describe(),
+            hop=f"unclear; possibly {hop}",
+            fix="run again; if it persists, look for a hop that buffers under load",
+        )
+    if kind is RelayKind.INITIAL_HOLD and relay.holds and relay.holds[0] < 1000.0:
+        return Check(Status.WARN, "timing", relay.describe(), hop, fix)
+    return Check(Status.FAIL, "timing", relay.describe(), hop, fix)
+
+
+def latency_check(exchange: Exchange, first_word: TimedEvent | None) -> Check:
+    parts = [f"headers {exchange.headers_ms:.0f} ms"]
+    if exchange.chunks:
+        parts.append(f"first byte {exchange.chunks[0].at_ms:.0f} ms")
+    parts.append(f"first word {first_word.at_ms:.0f} ms" if first_word else "no word")
+    if exchange.chunks:
+        parts.append(f"last byte {exchange.chunks[-1].at_ms:.0f} ms")
+    return Check(Status.INFO, "latency", " · ".join(parts))
+
+
+def cancel_check(cancel: CancelObservation | None, cadence_ms: float) -> Check:
+    """Did the server stop writing after the client closed mid-stream?"""
+    if cancel is None:
+        return Check(
+            Status.SKIP, "cancel", "not tried (only the diagnostic stream's status endpoint can show it)"
+        )
+    if not cancel.status_available:
+        return Check(
+            Status.SKIP,
+            "cancel",
+            f"closed after {cancel.events_read} events, but no status endpoint says whether the server stopped",
+        )
+    if cancel.state == "running" or cancel.writes_later:
+        return Check(
+            Status.FAIL,
+            "cancel",
+            f"closed after {cancel.events_read} events; the server was still writing "
+            f"({_count(cancel.writes_sent, 'write')}, {cancel.writes_later} in the last check)",
+            hop="a hop that keeps the upstream open after the client left, or a server that ignores "
+            "http.disconnect",
+            fix=FIX_CANCEL,
+        )
+    if cancel.state != "cancelled":
+        return Check(
+            Status.WARN, "cancel", f"the stream ended as {cancel.state!r} before the close reached it"
+        )
+    after = cancel.writes_sent - cancel.writes_received
+    noticed = f" within {cancel.noticed_ms:.0f} ms" if cancel.noticed_ms is not None else ""
+    message = (
+        f"closed after {cancel.events_read} events; the server stopped{noticed}, "
+        f"{_count(max(after, 0), 'write')} after the last one received"
+    )
+    slow = cancel.noticed_ms is not None and cancel.noticed_ms > max(1000.0, 10 * cadence_ms)
+    if slow:
+        return Check(
+            Status.WARN, "cancel", message + " (slow)", hop="a hop that is slow to pass the close on"
+        )
+    return Check(Status.PASS, "cancel", message)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def end_check(exchange: Exchange, complete: bool, truncated: bool, detail: str) -> Check:
+    """PASS when the stream ended as the protocol says it should; otherwise point at whoever cut it."""
+    if complete and not truncated and exchange.error is None:
+        return Check(Status.PASS, "end", detail)
+    why = f"; {exchange.error}" if exchange.error else ""
+    return Check(
+        Status.FAIL,
+        "end",
+        f"the stream stopped early after {len(exchange.body)} bytes{why}",
+        hop="a hop that closed the stream (read/send timeouts, body size limits) or the server",
+        fix="raise the proxy's read timeout above the longest pause between events (nginx proxy_read_timeout) "
+        "and send a comment line as a keep-alive during long pauses",
+    )
+
+
+def first_with_text(events: Sequence[tuple[TimedEvent, str]]) -> TimedEvent | None:
+    """The first event whose text is not empty (the client's first word)."""
+    return next((timed for timed, text in events if text), None)

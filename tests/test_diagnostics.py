@@ -1,0 +1,154 @@
+"""The diagnostic stream and status endpoints on real uvicorn: one HTTP chunk per planned write, on schedule,
+the schedule at the end, a client's close seen at once, OpenAI-shaped errors for bad parameters."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount, Router
+
+from nginx.harness import serve
+from tokenrelay._sse import SSEParser
+from tokenrelay.doctor._payload import DiagnosticPlan, parse_schedule
+from tokenrelay.server.diagnostics import add_diagnostics_routes, diagnostics_routes
+
+PROTOCOLS = ["h11"] + (["httptools"] if importlib.util.find_spec("httptools") else [])
+
+
+@pytest.fixture(scope="module", params=PROTOCOLS)
+def base(request: pytest.FixtureRequest) -> Iterator[str]:
+    app = Starlette()
+    add_diagnostics_routes(app)
+    with serve(app, http=request.param) as url:
+        yield url
+
+
+def raw_chunks(base: str, target: str) -> tuple[bytes, list[bytes]]:
+    """GET over a bare socket; the response head and the payload of every HTTP/1.1 chunk, in order."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    chunks = []
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return head, chunks
+        chunks.append(rest[:size])
+        assert rest[size : size + 2] == b"\r\n"
+        rest = rest[size + 2 :]
+
+
+def test_every_planned_write_is_one_chunk_on_the_wire(base: str) -> None:
+    plan = DiagnosticPlan("wire-1", seed=5, events=25, cadence_ms=2.0)
+    query = "&".join(f"{k}={v}" for k, v in plan.query().items())
+    head, chunks = raw_chunks(base, f"/v1/diagnostics/stream?{query}")
+    assert head.startswith(b"HTTP/1.1 200")
+    for header in (b"content-type: text/event-stream", b"cache-control: no-cache", b"x-accel-buffering: no"):
+        assert header in head.lower()
+    assert [len(c) for c in chunks[:-1]] == [size for _, size in plan.cuts]
+    assert b"".join(chunks[:-1]) == plan.body
+    events = SSEParser().feed(chunks[-1])
+    assert [e.event for e in events] == ["schedule", "message"] and events[1].data == "[DONE]"
+    schedule = parse_schedule(events[0].data)
+    assert schedule.plan == plan and [(o, s) for _, o, s in schedule.writes] == list(plan.cuts)
+
+
+def test_writes_keep_their_cadence(base: str) -> None:
+    plan = DiagnosticPlan("cadence-1", seed=1, events=12, cadence_ms=40.0, eol="lf")
+    response = httpx.get(f"{base}/v1/diagnostics/stream", params=plan.query(), timeout=10)
+    events = SSEParser().feed(response.content)
+    schedule = parse_schedule(next(e.data for e in events if e.event == "schedule"))
+    sent = [t for t, _, _ in schedule.writes]
+    for i, t in enumerate(sent):
+        assert t >= i * 40.0 - 1.0  # never early; sleeping to absolute targets keeps a late one from drifting
+    assert sent[-1] < 11 * 40.0 + 250.0
+
+
+def test_status_reports_the_finished_stream(base: str) -> None:
+    plan = DiagnosticPlan("status-1", seed=3, events=5, cadence_ms=1.0)
+    httpx.get(f"{base}/v1/diagnostics/stream", params=plan.query(), timeout=10).raise_for_status()
+    status = httpx.get(f"{base}/v1/diagnostics/streams/status-1", timeout=10).json()
+    assert status["state"] == "finished" and status["cancelled_after_ms"] is None
+    assert status["writes_sent"] == 5 and status["bytes_sent"] == len(plan.body)
+    assert parse_schedule(status).plan == plan
+
+
+def test_a_client_that_leaves_stops_the_stream(base: str) -> None:
+    plan = DiagnosticPlan("leave-1", seed=4, events=500, cadence_ms=20.0)
+    with httpx.stream("GET", f"{base}/v1/diagnostics/stream", params=plan.query(), timeout=10) as response:
+        received = 0
+        for chunk in response.iter_raw():
+            received += len(chunk)
+            if received > len(plan.body) // 100:
+                break
+    left = time.monotonic()
+    while True:
+        status = httpx.get(f"{base}/v1/diagnostics/streams/leave-1", timeout=10).json()
+        if status["state"] != "running" or time.monotonic() - left > 5:
+            break
+        time.sleep(0.02)
+    assert status["state"] == "cancelled"
+    assert status["cancelled_after_ms"] < 2000 and status["writes_sent"] < 100
+    time.sleep(0.1)
+    again = httpx.get(f"{base}/v1/diagnostics/streams/leave-1", timeout=10).json()
+    assert again["writes_sent"] == status["writes_sent"]
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        ("events=0", None),
+        ("events=10001", None),
+        ("events=x", None),
+        ("cadence_ms=-5", None),
+        ("eol=crcr", None),
+        ("stream=a%20b", None),
+        ("seed=1.5", None),
+        ("colour=blue", "colour"),
+    ],
+)
+def test_bad_parameters_are_openai_shaped_400s(base: str, query: str, param: str | None) -> None:
+    response = httpx.get(f"{base}/v1/diagnostics/stream?{query}", timeout=10)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["message"] and error["param"] == param
+
+
+def test_unknown_stream_is_404_and_defaults_are_reported(base: str) -> None:
+    missing = httpx.get(f"{base}/v1/diagnostics/streams/nope", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    response = httpx.get(f"{base}/v1/diagnostics/stream?events=2&cadence_ms=0", timeout=10)
+    stream = response.headers["x-tokenrelay-stream"]
+    schedule = parse_schedule(
+        next(e.data for e in SSEParser().feed(response.content) if e.event == "schedule")
+    )
+    assert schedule.plan.stream == stream and schedule.plan.eol == "crlf" and schedule.plan.events == 2
+    assert (
+        httpx.get(f"{base}/v1/diagnostics/streams/{stream}", timeout=10).json()["seed"] == schedule.plan.seed
+    )
+
+
+def test_head_sends_headers_only(base: str) -> None:
+    response = httpx.head(f"{base}/v1/diagnostics/stream?events=50&cadence_ms=1000", timeout=5)
+    assert response.status_code == 200 and response.content == b""
+    assert response.headers["content-type"].startswith("text/event-stream")
+
+
+def test_routes_mount_under_any_prefix() -> None:
+    app = Starlette(routes=[Mount("/api", app=Router(diagnostics_routes(prefix="/diag")))])
+    with serve(app, http="h11") as url:
+        response = httpx.get(f"{url}/api/diag/stream?stream=m1&events=3&cadence_ms=0", timeout=10)
+        assert response.status_code == 200 and response.content.endswith(b"data: [DONE]\r\n\r\n")
+        assert json.loads(httpx.get(f"{url}/api/diag/streams/m1", timeout=10).text)["state"] == "finished"
