@@ -8,7 +8,7 @@ SYSTEM_STAMP := $(VENV)/.system-stamp
 # llama-cpp-python compiles llama.cpp from source (~6 min on 2 cores); build with both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 # Debian packages the tests drive for real: nginx (proxy tests), Chromium (the page), fonts to render the corpus.
-SYSTEM_PACKAGES := nginx chromium fonts-noto-cjk fonts-noto-color-emoji curl
+SYSTEM_PACKAGES := nginx chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl
 
 .PHONY: install system test check bench serve clean
 
@@ -42,6 +42,7 @@ install: $(STAMP) $(NODE_STAMP) $(SYSTEM_STAMP)
 test: install
 	$(BIN)/python -m pytest
 	node --test tests/web/
+	node --test tests/e2e/
 
 check: install
 	$(BIN)/ruff check src tests benchmarks

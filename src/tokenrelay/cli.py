@@ -104,7 +104,8 @@ def _build_engine(args: argparse.Namespace) -> Engine:
     from tokenrelay.tokenizers import load_tokenizer
 
     if args.engine == "replay":
-        text = args.text_file.read_text(encoding="utf-8") if args.text_file else None
+        # Bytes, then UTF-8: text mode would turn the file's CRLF line ends into LF before the replay.
+        text = args.text_file.read_bytes().decode("utf-8") if args.text_file else None
         return ReplayEngine(
             load_tokenizer(args.tokenizer),
             text,

@@ -1,0 +1,220 @@
+// The corpus, streamed by the real server through SmolLM2's tokenizer, rendered by the real page in
+// Chromium: what is on screen at the end is exactly what rendering the whole text at once gives, and no
+// frame on the way ever showed a broken character.
+
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { parseHTML } from 'linkedom';
+import MarkdownIt from 'markdown-it';
+import { createMarkdown } from '../../src/tokenrelay/web/markdown.js';
+import {
+  CORPUS,
+  launchBrowser,
+  missingPrerequisite,
+  openPage,
+  outcome,
+  probe,
+  screenshot,
+  send,
+  startServer,
+} from './harness.js';
+
+const skip = missingPrerequisite() ?? false;
+// Read as bytes, decoded as they are: CRLF line ends and all.
+const CORPUS_TEXT = readFileSync(CORPUS, 'utf8');
+const REPLACEMENT = '\uFFFD';
+// The corpus holds one literal U+FFFD, right after these words.
+const LITERAL_FFFD = `must survive unchanged: ${REPLACEMENT}`;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+let server;
+let browser;
+
+before(async () => {
+  if (skip) return;
+  // About 1250 tokens at 500 tokens/s: about 2.5 s of real streaming, some hundred frames. The page sends no
+  // max_tokens, so the server's default (512) would cut the corpus short.
+  [server, browser] = await Promise.all([
+    startServer({ textFile: CORPUS, rate: 500, args: ['--default-max-tokens', '4096'] }),
+    launchBrowser(),
+  ]);
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+/**
+ * A reply's blocks as plain data: [tag, {attrs}, ...children] for an element, a string for a run of text.
+ * Blocks inside the view's <div class="blocks"> groups are taken out of them. Self-contained: it runs in
+ * Chromium (locator.evaluate) and under node on a linkedom document alike.
+ */
+function blockTree(root) {
+  function walk(node) {
+    const out = [node.nodeName.toLowerCase(), {}];
+    for (const attr of Array.from(node.attributes)) out[1][attr.name] = attr.value;
+    for (const child of Array.from(node.childNodes)) {
+      if (child.nodeType === 3) {
+        if (typeof out[out.length - 1] === 'string') out[out.length - 1] += child.data;
+        else out.push(child.data);
+      } else if (child.nodeType === 1) {
+        out.push(walk(child));
+      }
+    }
+    return out;
+  }
+  const blocks = [];
+  for (const child of Array.from(root.childNodes)) {
+    const group =
+      child.nodeType === 1 && child.nodeName === 'DIV' && child.getAttribute('class') === 'blocks';
+    blocks.push(...(group ? Array.from(child.childNodes) : [child]));
+  }
+  const tree = walk({ nodeName: '', attributes: [], childNodes: blocks });
+  return tree.slice(2);
+}
+
+/**
+ * markdown-it's own HTML renderer (not the page's) over the whole text, as a blockTree. Two documented
+ * differences are mapped: the page writes table alignment as a class (the CSP forbids style attributes),
+ * and markdown-it puts a newline between block tags, which the page's DOM does not have.
+ */
+function markdownItTree(text) {
+  const html = createMarkdown(MarkdownIt).render(text);
+  const { document } = parseHTML(`<!doctype html><html><body>${html}</body></html>`);
+  const containers = new Set(['BODY', 'BLOCKQUOTE', 'OL', 'UL', 'LI', 'TABLE', 'THEAD', 'TBODY', 'TR']);
+  const tidy = (node) => {
+    for (const child of Array.from(node.childNodes)) {
+      if (child.nodeType === 3 && containers.has(node.nodeName) && /^\n+$/.test(child.data)) child.remove();
+      else if (child.nodeType === 1) tidy(child);
+    }
+    const align = /^text-align:(left|center|right)$/.exec(node.getAttribute?.('style') ?? '');
+    if (align) {
+      node.removeAttribute('style');
+      node.setAttribute('class', `align-${align[1]}`);
+    }
+  };
+  tidy(document.body);
+  return blockTree(document.body);
+}
+
+/** The page's own renderer over the whole text at once, in the same page: the blocks' HTML. */
+function oneShotHTML(page, text) {
+  return page.evaluate(async (whole) => {
+    const { default: MarkdownItInPage } = await import('/static/vendor/markdown-it.esm.min.mjs');
+    const { createMarkdown: create, renderTokens } = await import('/static/markdown.js');
+    const { buildNodes } = await import('/static/view.js');
+    const holder = document.createElement('div');
+    holder.append(...buildNodes(document, renderTokens(create(MarkdownItInPage).parse(whole, {}))));
+    return holder.innerHTML;
+  }, text);
+}
+
+/** The text of a chat completion event stream: every choices[0].delta.content, joined. */
+function streamedContent(body) {
+  let content = '';
+  for (const line of body.split('\n')) {
+    if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+    content += JSON.parse(line.slice(6)).choices?.[0]?.delta?.content ?? '';
+  }
+  return content;
+}
+
+/** Send, let the reply finish, and return what a test needs to judge it. */
+async function streamCorpus(page) {
+  const reply = await send(page, 'Show me the streaming test corpus, please.');
+  const end = await outcome(reply);
+  const body = reply.locator('.body');
+  const groups = await body.evaluate((el) =>
+    Array.from(el.children, (child) => `${child.tagName}.${child.className}:${child.childNodes.length}`),
+  );
+  const index = (await page.locator('#conversation .turn.assistant').count()) - 1;
+  return {
+    end,
+    groups,
+    html: await body.evaluate((el) => Array.from(el.children, (group) => group.innerHTML).join('')),
+    tree: await body.evaluate(blockTree),
+    text: await body.textContent(),
+    ...(await probe(page, index)),
+  };
+}
+
+/** Every check on one streamed corpus reply. */
+async function checkCorpusReply(page, problems, run) {
+  assert.equal(run.end.status, 'finished', `the reply ended as ${run.end.status}: ${run.end.meta}`);
+  assert.doesNotMatch(run.end.meta, /finish_reason/, 'finish_reason stop is not shown');
+  assert.match(run.end.meta, /\d+ tokens · [\d.]+ s total$/);
+
+  // The view keeps closed blocks in <div class="blocks"> groups of at most 32, and nothing else.
+  assert.ok(run.groups.length > 0);
+  for (const group of run.groups) assert.match(group, /^DIV\.blocks:([1-9]|[12][0-9]|3[0-2])$/);
+
+  // Exact: the streamed DOM serialises to the same HTML as the page's renderer over the whole text at once,
+  // and has the same tree as markdown-it's stock HTML renderer gives for the whole text.
+  assert.equal(run.html, await oneShotHTML(page, CORPUS_TEXT));
+  assert.deepEqual(run.tree, markdownItTree(CORPUS_TEXT));
+  for (const sample of ['👩‍💻', '🏳️‍🌈', '你好，世界。', 'नमस्ते', 'café', '₹20']) {
+    assert.ok(run.text.includes(sample), `the reply shows ${sample}`);
+  }
+
+  // Every frame: at most the one literal U+FFFD, and only once it has arrived; no half of a surrogate pair.
+  assert.ok(run.texts.length >= 30, `only ${run.texts.length} distinct frames recorded: not a stream`);
+  assert.equal(run.texts.at(-1), run.text);
+  let sawLiteral = false;
+  for (const [i, text] of run.texts.entries()) {
+    const count = text.split(REPLACEMENT).length - 1;
+    assert.ok(count <= 1, `frame ${i} shows ${count} U+FFFD: ...${text.slice(-80)}`);
+    if (count === 1) {
+      assert.ok(text.includes(LITERAL_FFFD), `frame ${i} shows a U+FFFD that is not the literal`);
+      sawLiteral = true;
+    }
+    assert.doesNotMatch(text, LONE_SURROGATE, `frame ${i} shows half a surrogate pair`);
+  }
+  assert.ok(sawLiteral && !run.texts[0].includes(REPLACEMENT), 'the literal U+FFFD arrived mid-stream');
+
+  assert.deepEqual(run.violations, [], 'no CSP violations');
+  assert.deepEqual(problems.errors, [], 'no page or console errors');
+  assert.deepEqual(problems.dialogs, []);
+}
+
+describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () => {
+  test('renders exactly, never shows a broken character (smoothing on)', async () => {
+    const { page, problems } = await openPage(browser.context, server);
+    assert.equal(await page.isChecked('#smoothing'), true, 'smoothing is on by default');
+    const run = await streamCorpus(page);
+    // Taken before the checks, so a failure leaves a picture too. A tall window, so that one picture holds
+    // the whole reply: CJK, Devanagari, Thai, Myanmar, emoji, the table and the code.
+    await page.setViewportSize({ width: 1000, height: 1400 });
+    console.log(`screenshot: ${await screenshot(page, 'e2e-corpus.png')}`);
+    await checkCorpusReply(page, problems, run);
+    await page.close();
+  });
+
+  test('renders exactly, never shows a broken character (smoothing off)', async () => {
+    const { page, problems } = await openPage(browser.context, server);
+    await page.uncheck('#smoothing');
+    const run = await streamCorpus(page);
+    await checkCorpusReply(page, problems, run);
+    await page.close();
+  });
+
+  test("the server replays the file's CRLF line ends", async () => {
+    // Asked directly: Chromium keeps no copy of a streamed fetch body for the test to read. (The page's
+    // handling of CR and CRLF, split anywhere, is covered by the node tests in tests/web/.)
+    const response = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({
+        model: 'replay',
+        messages: [{ role: 'user', content: 'corpus' }],
+        stream: true,
+      }),
+    });
+    const content = streamedContent(await response.text());
+    const lf = (text) => text.replace(/\r\n/g, '\n');
+    assert.ok(lf(content) === lf(CORPUS_TEXT), 'the text itself is the corpus');
+    const crlf = (text) => text.split('\r\n').length - 1;
+    assert.equal(crlf(content), crlf(CORPUS_TEXT), 'CRLF line ends replayed');
+  });
+});
