@@ -82,8 +82,8 @@ class DetokenizedPiece:
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     kinds: list[int]
-    fast: list[str | None]  # text per id from a clean start (nothing pending, no rule in force)
-    tails: list[bytes]  # ... and the bytes of an unfinished character it leaves pending
+    whole: list[str | None]  # text per id from a clean start, for ids that leave nothing pending
+    split: list[tuple[str, bytes] | None]  # the same for ids that end inside a character: (text, tail)
     plain: list[bytes | None]  # bytes for the incremental decoder, when the id needs no other rule
     plain_by_id: dict[int, bytes]  # the same, for batches
 
@@ -129,7 +129,9 @@ def _compile(table: ByteTable, skip: bool) -> _Compiled:
         for i, kind in enumerate(kinds)
     ]
     by_id = {i: b for i, b in enumerate(plain) if b is not None}
-    per_table[skip] = compiled = _Compiled(kinds, fast, tails, plain, by_id)
+    whole = [t if not tail else None for t, tail in zip(fast, tails, strict=True)]
+    split = [(t, tail) if t is not None and tail else None for t, tail in zip(fast, tails, strict=True)]
+    per_table[skip] = compiled = _Compiled(kinds, whole, split, plain, by_id)
     return compiled
 
 
@@ -177,8 +179,8 @@ class Detokenizer:
     def _setup_table(self, table: ByteTable, skip: bool) -> None:
         compiled = _compile(table, skip)
         self._kinds = compiled.kinds
-        self._fast = compiled.fast
-        self._tails = compiled.tails
+        self._whole = compiled.whole
+        self._split = compiled.split
         self._plain_bytes = compiled.plain
         self._plain_get = compiled.plain_by_id.__getitem__
         self._n = len(compiled.kinds)
@@ -204,12 +206,13 @@ class Detokenizer:
             if 0 <= ids < self._plain_n:  # _plain_n is 0 unless _plain: one check for both
                 pend = self._pend
                 if not pend:
-                    text = self._fast[ids]
+                    text = self._whole[ids]
                     if text is not None:
-                        tail = self._tails[ids]
-                        if tail:
-                            self._pend = tail
                         return text
+                    split = self._split[ids]
+                    if split is not None:
+                        self._pend = split[1]
+                        return split[0]
                 else:
                     data = self._plain_bytes[ids]
                     if data is not None:
