@@ -99,7 +99,7 @@ def naive_pipeline(tok: Tokenizer, ids: Sequence[int]) -> None:
 
 def part_one(repeat: int) -> None:
     tok = load_tokenizer("smollm2")
-    text = CORPUS.read_text(encoding="utf-8")
+    text = CORPUS.read_bytes().decode("utf-8")
     engine = ReplayEngine(tok, text * 8, rate=None, eos=False)
     ids = engine.reply_ids("", SamplingParams(max_tokens=None))
     n = len(ids)

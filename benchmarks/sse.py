@@ -48,7 +48,7 @@ WRITER = ChatChunkWriter(
 
 def deltas(megabytes: float) -> list[str]:
     """The corpus in 1-6 character deltas, enough for ``megabytes`` of chat chunk frames."""
-    text = CORPUS.read_text(encoding="utf-8")
+    text = CORPUS.read_bytes().decode("utf-8")
     rng = random.Random(1)
     pieces, size, at = [], 0, 0
     while size < megabytes * 1e6:

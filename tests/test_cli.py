@@ -17,7 +17,7 @@ from tokenrelay.tokenizers import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_PATH = ROOT / "tests" / "data" / "multilingual.txt"
-CORPUS = CORPUS_PATH.read_text("utf-8")
+CORPUS = CORPUS_PATH.read_bytes().decode("utf-8")  # bytes: keep the CRLF line ends
 REPLAY = ["--engine", "replay", "--text-file", str(CORPUS_PATH), "--rate", "0", "--max-tokens", "100000"]
 
 

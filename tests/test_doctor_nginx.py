@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     not NGINX.is_file(), reason="nginx is not installed (apt-get install -y nginx); CI must install it"
 )
 
-CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_text("utf-8")
+CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_bytes().decode("utf-8")
 OPTIONS = DoctorOptions(events=40, cadence_ms=50.0, seed=20251130)
 
 

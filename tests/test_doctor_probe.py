@@ -24,7 +24,7 @@ from tokenrelay.doctor.probe import DoctorOptions, endpoints, run_doctor
 from tokenrelay.engines import ReplayEngine
 from tokenrelay.server import ServerConfig, create_app
 
-CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_text("utf-8")
+CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_bytes().decode("utf-8")
 FAST = DoctorOptions(events=30, cadence_ms=50.0, seed=3)
 
 

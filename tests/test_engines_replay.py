@@ -15,7 +15,7 @@ from tokenrelay.engines.base import Engine, SamplingParams, Step, stream_events
 from tokenrelay.engines.replay import ReplayEngine
 from tokenrelay.tokenizers import load_tokenizer
 
-CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_text("utf-8")
+CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_bytes().decode("utf-8")
 PARAMS = SamplingParams(max_tokens=None)
 
 

@@ -19,7 +19,7 @@ from tokenrelay._protocols import Tokenizer
 from tokenrelay._stream import Finished, TextDelta, TextStream, Timings, percentile
 from tokenrelay.tokenizers import load_tokenizer
 
-CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_text("utf-8")
+CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_bytes().decode("utf-8")
 TOKENIZERS = ["smollm2", "mistral-v3"]
 
 

@@ -11,7 +11,8 @@ CORPUS = Path(__file__).parent / "data" / "multilingual.txt"
 
 
 def corpus_text() -> str:
-    return CORPUS.read_text(encoding="utf-8")
+    """The corpus exactly as stored: bytes decoded, so its CRLF line ends survive (text mode would drop them)."""
+    return CORPUS.read_bytes().decode("utf-8")
 
 
 def hf_llama_style(spm_path: Path) -> Tokenizer:
