@@ -14,15 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 
 from tiny_tokenizers import corpus_text
 from tokenrelay._detokenizer import Detokenizer
 from tokenrelay._errors import TokenizerError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay.tokenizers import LlamaCppVocabTokenizer, _mistral_data, load_tokenizer, smollm2_gguf_path
+from tokenrelay.gguf_tokenizers import LlamaCppVocabTokenizer
+from tokenrelay.tokenizers import _mistral_data, load_tokenizer, smollm2_gguf_path
 
 gguf = pytest.importorskip("gguf")
-spm = pytest.importorskip("sentencepiece")
 
 SPM_MODEL = _mistral_data("tokenizer.model.v1")
 
@@ -90,7 +91,7 @@ def write_spm_gguf(path: Path, *, tokenizer_model: str = "llama", weights: bool 
 
 
 @pytest.fixture(scope="module")
-def sp() -> object:
+def sp() -> spm.SentencePieceProcessor:
     return spm.SentencePieceProcessor(model_file=str(SPM_MODEL))
 
 
@@ -112,51 +113,50 @@ def stream(
     return [detok.feed(i) for i in ids] + [detok.finish()]
 
 
-def test_loads_through_llama_cpp(tok: Tokenizer, sp: object) -> None:
+def test_loads_through_llama_cpp(tok: Tokenizer, sp: spm.SentencePieceProcessor) -> None:
     assert isinstance(tok, LlamaCppVocabTokenizer)
     assert isinstance(tok, Tokenizer)
-    assert tok.vocab_size == sp.vocab_size()  # type: ignore[attr-defined]
-    assert tok.eos_token_ids == {sp.eos_id()}  # type: ignore[attr-defined]
-    # Either the byte table passed verification or the reason it did not is recorded; never neither.
-    assert (tok.byte_table() is None) == (tok.table_rejected is not None)
+    assert tok.vocab_size == sp.vocab_size()
+    assert tok.eos_token_ids == {sp.eos_id()}
+    # The byte table (with llama.cpp's "first_token" space rule) passed verification: the fast path is used.
+    assert tok.byte_table() is not None, tok.table_rejected  # type: ignore[attr-defined]
+    assert tok.byte_table().leading_space == "first_token"  # type: ignore[union-attr]
 
 
-def test_encode_equals_sentencepiece(tok: Tokenizer, sp: object) -> None:
+def test_encode_equals_sentencepiece(tok: Tokenizer, sp: spm.SentencePieceProcessor) -> None:
     text = corpus_text()
-    assert tok.encode(text) == sp.encode(text)  # type: ignore[attr-defined]
+    assert tok.encode(text) == sp.encode(text)
     for line in text.splitlines():
-        assert tok.encode(line) == sp.encode(line)  # type: ignore[attr-defined]
+        assert tok.encode(line) == sp.encode(line)
     assert tok.decode(tok.encode(text)) == text
 
 
-def test_decode_equals_sentencepiece_on_ordinary_pieces(tok: Tokenizer, sp: object) -> None:
-    plain = [
-        i
-        for i in range(tok.vocab_size)
-        if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i))  # type: ignore[attr-defined]
-    ]
+def test_decode_equals_sentencepiece_on_ordinary_pieces(
+    tok: Tokenizer, sp: spm.SentencePieceProcessor
+) -> None:
+    plain = [i for i in range(tok.vocab_size) if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_byte(i))]
     rng = random.Random(7)
     for _ in range(300):
         ids = [rng.choice(plain) for _ in range(rng.randint(1, 12))]
-        assert tok.decode(ids) == sp.decode(ids)  # type: ignore[attr-defined]
+        assert tok.decode(ids) == sp.decode(ids)
 
 
-def test_where_llama_cpp_and_sentencepiece_differ(tok: Tokenizer, sp: object) -> None:
+def test_where_llama_cpp_and_sentencepiece_differ(tok: Tokenizer, sp: spm.SentencePieceProcessor) -> None:
     """The documented differences; each is llama.cpp's own behaviour, which this tokenizer follows."""
-    the = sp.piece_to_id("▁The")  # type: ignore[attr-defined]
-    bos, unk = sp.bos_id(), sp.unk_id()  # type: ignore[attr-defined]
+    the = sp.piece_to_id("▁The")
+    bos, unk = sp.bos_id(), sp.unk_id()
     # llama.cpp strips a space from the first token only, even when that token is a hidden BOS.
-    assert tok.decode([the]) == sp.decode([the]) == "The"  # type: ignore[attr-defined]
+    assert tok.decode([the]) == sp.decode([the]) == "The"
     assert tok.decode([bos, the]) == " The"
-    assert sp.decode([bos, the]) == "The"  # type: ignore[attr-defined]
+    assert sp.decode([bos, the]) == "The"
     assert tok.decode([bos, the], skip_special_tokens=False) == "<s> The"
     # <unk> is hidden like a control token; SentencePiece shows " ⁇ ".
     assert tok.decode([unk, the]) == " The"
-    assert sp.decode([unk, the]) == " ⁇  The"  # type: ignore[attr-defined]
+    assert sp.decode([unk, the]) == " ⁇  The"
     # Invalid UTF-8: one U+FFFD per maximal invalid subpart (Python's "replace"), not one per byte.
-    first3 = [sp.piece_to_id(f"<0x{b:02X}>") for b in "🦙".encode()[:3]]  # type: ignore[attr-defined]
+    first3 = [sp.piece_to_id(f"<0x{b:02X}>") for b in "🦙".encode()[:3]]
     assert tok.decode(first3) == "\ufffd"
-    assert sp.decode(first3) == "\ufffd" * 3  # type: ignore[attr-defined]
+    assert sp.decode(first3) == "\ufffd" * 3
 
 
 def test_ids_outside_the_vocabulary_are_an_error_not_a_crash(tok: Tokenizer) -> None:
@@ -183,9 +183,11 @@ def test_detokenizer_exact_on_the_corpus_one_token_at_a_time(tok: Tokenizer, ski
     )
 
 
-def test_detokenizer_exact_on_random_ids_with_byte_tokens(tok: Tokenizer, sp: object) -> None:
-    byte_ids = [i for i in range(tok.vocab_size) if sp.is_byte(i)]  # type: ignore[attr-defined]
-    utf8_chars = [sp.piece_to_id(f"<0x{b:02X}>") for b in "☕🦙é".encode()]  # type: ignore[attr-defined]
+def test_detokenizer_exact_on_random_ids_with_byte_tokens(
+    tok: Tokenizer, sp: spm.SentencePieceProcessor
+) -> None:
+    byte_ids = [i for i in range(tok.vocab_size) if sp.is_byte(i)]
+    utf8_chars = [sp.piece_to_id(f"<0x{b:02X}>") for b in "☕🦙é".encode()]
     rng = random.Random(2024)
     for _ in range(150):
         ids: list[int] = []

@@ -301,6 +301,10 @@ class Detokenizer:
             if not 0 <= i < n:
                 raise TokenizerError(f"token id {i} is outside the vocabulary (0..{n - 1})")
             kind = kinds[i]
+            strip = self._bos and self._leading == "first_token"
+            if strip:
+                # llama.cpp's llama_detokenize strips one space from token 0, even one it renders as nothing.
+                self._bos = False
             if kind == _SKIP:
                 continue
             if kind in (_FLUSH, _SPECIAL):
@@ -309,6 +313,8 @@ class Detokenizer:
                 if kind == _FLUSH:
                     continue
             data = bytes(pieces[i])
+            if strip and data[:1] == b" ":
+                data = data[1:]
             if self._bos and self._leading == "first_piece" and kind != _SPECIAL:
                 # SentencePiece drops the dummy-prefix space of the first ordinary piece of a segment only.
                 if kind == _TEXT and data.startswith(b" "):

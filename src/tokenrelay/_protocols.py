@@ -22,7 +22,9 @@ InvalidUTF8Policy = Literal["replace", "per_byte", "byte_run"]
 #: Which leading space the reference decode drops. ``"keep"``: none. ``"first_piece"``: one space from the first
 #: ordinary piece of a segment (SentencePiece's dummy prefix; byte and unknown pieces are never stripped but end
 #: the segment's start). ``"first_char"``: one space at the very start of the output (HF ``Strip`` decoder).
-LeadingSpaceRule = Literal["keep", "first_piece", "first_char"]
+#: ``"first_token"``: one space from the first token's bytes, whatever it is; a skipped special first token uses
+#: the rule up (llama.cpp's ``llama_detokenize``).
+LeadingSpaceRule = Literal["keep", "first_piece", "first_char", "first_token"]
 
 
 @dataclass(frozen=True, eq=False)

