@@ -16,7 +16,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -134,12 +134,16 @@ class _Run:
         self.asked_for_slot = True
         async with server.admission.slot():
             async for event in stream_events(server.engine, gen.prompt, gen.params, stops=gen.stops):
-                if isinstance(event, TextDelta):
-                    self.delta_times.append(time.perf_counter())
-                    self.completion_ids += len(event.token_ids)
-                else:
-                    self.finished = event
+                self._record(event)
                 yield event
+
+    def _record(self, event: TextDelta | Finished) -> None:
+        if type(event) is TextDelta:
+            self.delta_times.append(time.perf_counter())
+            self.completion_ids += len(event.token_ids)
+        else:
+            assert isinstance(event, Finished)
+            self.finished = event
 
     def _fail(self, exc: BaseException) -> TokenRelayError:
         if isinstance(exc, TokenRelayError):
@@ -150,25 +154,31 @@ class _Run:
         return self.error
 
     async def frames(self) -> AsyncIterator[bytes]:
-        gen = self.gen
+        # The token path: one async generator between the engine's steps and the response (not _events),
+        # since every layer costs on each token.
+        server, gen = self.server, self.gen
         writer_cls = ChatChunkWriter if gen.kind == "chat" else TextChunkWriter
         writer = writer_cls(
             id=self.id, model=gen.model, created=self.created, include_usage=gen.include_usage
         )
+        record = self._record
         try:
-            role_sent = gen.kind != "chat"
-            async for event in self._events():
-                if not role_sent:
-                    assert isinstance(writer, ChatChunkWriter)
-                    yield writer.role()
-                    role_sent = True
-                if isinstance(event, TextDelta):
-                    yield writer.delta(event.text)
-                else:
-                    yield writer.finish(event.reason)
-                    if gen.include_usage:
-                        yield writer.usage(Usage(event.usage.prompt_tokens, event.usage.completion_tokens))
-                    yield DONE
+            self.asked_for_slot = True
+            async with server.admission.slot():
+                if isinstance(writer, ChatChunkWriter):
+                    yield writer.role()  # the first chunk carries the role, as soon as generation starts
+                async for event in stream_events(server.engine, gen.prompt, gen.params, stops=gen.stops):
+                    record(event)
+                    if type(event) is TextDelta:
+                        yield writer.delta(event.text)
+                    else:
+                        assert isinstance(event, Finished)
+                        yield writer.finish(event.reason)
+                        if gen.include_usage:
+                            yield writer.usage(
+                                Usage(event.usage.prompt_tokens, event.usage.completion_tokens)
+                            )
+                        yield DONE
         except Exception as exc:  # after the headers: report it in-stream, then end the stream cleanly
             yield error_event(self._fail(exc))
 
@@ -275,6 +285,34 @@ def _error_response(exc: TokenRelayError) -> JSONResponse:
     return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=headers)
 
 
+class _RelayApp(FastAPI):
+    """FastAPI for everything, except that a generation request goes straight to its handler.
+
+    A stream sends one ASGI message per token, and every middleware layer wraps ``send``: routing the two
+    generation endpoints around the stack keeps the token path to our response and the server, which is
+    worth about a tenth of the server's CPU per token under load (benchmarks/server_load.py). The routes are
+    still declared on the app, so the OpenAPI schema and docs describe them.
+    """
+
+    generation_handlers: dict[str, Callable[[Request], Awaitable[Response]]]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            handler = self.generation_handlers.get(scope["path"])
+            if handler is not None:
+                response: Response
+                try:
+                    response = await handler(Request(scope, receive))
+                except TokenRelayError as exc:
+                    response = _error_response(exc)
+                except Exception as exc:
+                    log.exception("unexpected error on POST %s", scope["path"], exc_info=exc)
+                    response = _error_response(TokenRelayError("internal server error"))
+                await response(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     """An OpenAI-compatible FastAPI app serving ``engine``."""
     config = config or ServerConfig()
@@ -291,7 +329,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
             await asyncio.sleep(0.01)
         await engine.aclose()
 
-    app = FastAPI(title="tokenrelay", version="0.1.0", lifespan=lifespan)
+    app = _RelayApp(title="tokenrelay", version="0.1.0", lifespan=lifespan)
     app.state.tokenrelay = server
     if config.gzip:
         app.add_middleware(_GZipExceptGenerations, minimum_size=500)
@@ -355,6 +393,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     async def completions(request: Request) -> Response:
         """Legacy OpenAI text completions; `stream: true` answers with server-sent events."""
         return await generate(request, "completion", "/v1/completions")
+
+    app.generation_handlers = {"/v1/chat/completions": chat_completions, "/v1/completions": completions}
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

@@ -75,19 +75,20 @@ class EventStreamResponse(Response):
         # ends the others. Sends overlap only while both wait for the transport to drain; ASGI servers write
         # each message to the transport before they wait, so frames keep their order.
         clock = time.monotonic
-        last_write = clock()
-        stuck_since: float | None = None
+        last_write = clock()  # when the last send completed (or, while one is in progress, when it began)
+        sending = False
         ending = False
 
         async def write(message: Message) -> bool:
-            nonlocal last_write, stuck_since
-            stuck_since = clock()
+            nonlocal last_write, sending
+            sending, last_write = True, clock()
             try:
                 await send(message)
             except OSError:  # the connection is gone (ASGI 2.4 servers raise instead of dropping the send)
                 outcome.disconnected = True
                 return False
-            stuck_since = None
+            finally:
+                sending = False
             last_write = clock()
             return True
 
@@ -114,12 +115,12 @@ class EventStreamResponse(Response):
             while True:
                 await asyncio.sleep(period)
                 now = clock()
-                if stuck_since is not None and now - stuck_since > self._send_timeout:
+                if sending and now - last_write > self._send_timeout:
                     # Flow control has blocked this send too long. Returning without finishing the body makes
                     # the server close the connection.
                     outcome.disconnected = True
                     return
-                if stuck_since is None and not ending and now - last_write >= self._keepalive:
+                if not sending and not ending and now - last_write >= self._keepalive:
                     await write({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
 
         tasks = [
