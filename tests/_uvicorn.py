@@ -22,13 +22,16 @@ __all__ = ["serve"]
 
 
 @contextmanager
-def serve(app: ASGIApp, *, startup_timeout: float = 10.0) -> Iterator[str]:
-    """Run ``app`` until the block ends; yields its base URL (``http://127.0.0.1:PORT``)."""
+def serve(app: ASGIApp, *, startup_timeout: float = 10.0, http: str = "auto") -> Iterator[str]:
+    """Run ``app`` until the block ends; yields its base URL (``http://127.0.0.1:PORT``).
+
+    ``http`` picks uvicorn's HTTP implementation ("auto", "h11", "httptools"): the nginx tests pin h11.
+    """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))  # the port is known before the server starts: no race to find it
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", http=http, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

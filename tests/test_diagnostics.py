@@ -14,7 +14,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount, Router
 
-from nginx.harness import serve
+from _uvicorn import serve
 from tokenrelay._sse import SSEParser
 from tokenrelay.doctor._payload import DiagnosticPlan, parse_schedule
 from tokenrelay.server.diagnostics import add_diagnostics_routes, diagnostics_routes

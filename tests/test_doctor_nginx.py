@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from nginx.harness import NGINX, nginx_proxy, serve
+from _uvicorn import serve
+from nginx.harness import NGINX, nginx_proxy
 from tokenrelay import load_tokenizer
 from tokenrelay.doctor._checks import FIX_COMPRESSION, FIX_NGINX
 from tokenrelay.doctor._report import Report, Status

@@ -16,7 +16,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nginx.harness import serve
+from _uvicorn import serve
 from tokenrelay import cli, load_tokenizer
 from tokenrelay.doctor._checks import FIX_NAIVE_SPLIT, FIX_WHOLE_BODY
 from tokenrelay.doctor._report import Status

@@ -4,7 +4,7 @@
 temporary prefix, runs ``/usr/sbin/nginx`` in the foreground as a single process (no master, no daemon, every
 path under the prefix, loopback only) and yields its base URL; the process is terminated at the end.
 
-``serve(app, http=...)`` is uvicorn on 127.0.0.1 with an ephemeral port. The nginx cases pin ``http="h11"``:
+``tests/_uvicorn.serve(app, http=...)`` runs the upstream. The nginx cases pin ``http="h11"``:
 h11 answers nginx's HTTP/1.0 upstream requests (nginx's default ``proxy_http_version``) close-delimited,
 and that is what lets nginx's proxy buffers hold a stream. uvicorn's httptools protocol (``uvicorn[standard]``)
 uses chunked framing even then, and nginx passes every complete chunk on at once, buffering or not, so with it
@@ -17,45 +17,15 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import uvicorn
-from starlette.applications import Starlette
-from starlette.types import ASGIApp
-
-from tokenrelay.server.diagnostics import add_diagnostics_routes
-
-__all__ = ["HERE", "NGINX", "nginx_proxy", "serve", "with_diagnostics"]
+__all__ = ["HERE", "NGINX", "nginx_proxy"]
 
 HERE = Path(__file__).resolve().parent
 NGINX = Path(shutil.which("nginx", path="/usr/sbin:/usr/local/sbin:/usr/bin") or "/usr/sbin/nginx")
-
-
-@contextmanager
-def serve(app: ASGIApp, *, http: str = "auto") -> Iterator[str]:
-    """Run ``app`` on real uvicorn until the block ends; yields ``http://127.0.0.1:PORT``."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", http=http, timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def _free_port() -> int:
@@ -111,11 +81,3 @@ def nginx_proxy(upstream_port: int, case: str) -> Iterator[str]:
                     process.wait()
         log = (Path(prefix) / "error.log").read_text() if (Path(prefix) / "error.log").exists() else ""
         raise RuntimeError(f"nginx did not start: {log[-2000:]}")
-
-
-def with_diagnostics(app: Starlette) -> Starlette:
-    """``app`` with the diagnostic routes, unless its factory already mounted them."""
-    paths = {getattr(route, "path", None) for route in app.router.routes}
-    if "/v1/diagnostics/stream" not in paths:
-        add_diagnostics_routes(app)
-    return app

@@ -39,7 +39,6 @@ from tokenrelay._openai import (
     DONE,
     ChatChunkWriter,
     TextChunkWriter,
-    Usage,
     chat_completion,
     error_event,
     json_bytes,
@@ -175,9 +174,7 @@ class _Run:
                         assert isinstance(event, Finished)
                         yield writer.finish(event.reason)
                         if gen.include_usage:
-                            yield writer.usage(
-                                Usage(event.usage.prompt_tokens, event.usage.completion_tokens)
-                            )
+                            yield writer.usage(event.usage)
                         yield DONE
         except Exception as exc:  # after the headers: report it in-stream, then end the stream cleanly
             yield error_event(self._fail(exc))
@@ -193,7 +190,7 @@ class _Run:
             err = self._fail(exc)
             return err.status_code, json_bytes(err.to_openai())
         assert self.finished is not None
-        usage = Usage(self.finished.usage.prompt_tokens, self.finished.usage.completion_tokens)
+        usage = self.finished.usage
         shape = chat_completion if gen.kind == "chat" else text_completion
         key = "content" if gen.kind == "chat" else "text"
         fields: dict[str, Any] = {key: "".join(parts)}
