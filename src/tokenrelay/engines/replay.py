@@ -68,6 +68,7 @@ class ReplayEngine:
         self._fail_after = fail_after
         self._model = model
         self._sleep = sleep
+        self._schedules: dict[int, tuple[float, ...]] = {}
         self.steps_computed = 0
         """How many steps were produced over the engine's life (tests count it around a cancel)."""
 
@@ -97,6 +98,14 @@ class ReplayEngine:
 
     def schedule(self, steps: int) -> list[float]:
         """The delays slept before each of the first ``steps`` steps (the same on every call)."""
+        # Memoised: it is the same for every request of a given length, and seeding a Mersenne Twister per
+        # request was the largest single cost of starting a replay stream (benchmarks/server_load.py).
+        cached = self._schedules.get(steps)
+        if cached is None:
+            cached = self._schedules[steps] = tuple(self._compute_schedule(steps))
+        return list(cached)
+
+    def _compute_schedule(self, steps: int) -> list[float]:
         rng = random.Random(self._seed)
         delays = []
         for i in range(steps):
@@ -112,7 +121,8 @@ class ReplayEngine:
         ids = self.reply_ids(prompt, params)
         steps = [ids[i : i + self._burst] for i in range(0, len(ids), self._burst)]
         released = 0
-        for step, delay in zip(steps, self.schedule(len(steps)), strict=True):
+        schedule = self._schedules.get(len(steps)) or self.schedule(len(steps))
+        for step, delay in zip(steps, schedule, strict=True):
             # Sleep even for a zero delay: a consumer that cancels between steps must get the chance to.
             await self._sleep(delay)
             if self._fail_after is not None and released + len(step) > self._fail_after:

@@ -225,8 +225,8 @@ class _Run:
             metrics.errors.labels(self.error.error_type).inc()
         prompt_tokens = self.finished.usage.prompt_tokens if self.finished else 0
         completion = self.finished.usage.completion_tokens if self.finished else self.completion_ids
-        metrics.tokens.labels("prompt").inc(prompt_tokens)
-        metrics.tokens.labels("completion").inc(completion)
+        metrics.prompt_tokens.inc(prompt_tokens)
+        metrics.completion_tokens.inc(completion)
         status = (
             "cancelled"
             if cancelled
@@ -364,7 +364,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
                 param="model",
                 code="model_not_found",
             )
-        server.metrics.requests.labels(endpoint, str(gen.stream).lower()).inc()
+        server.metrics.requests_by_route[endpoint, "true" if gen.stream else "false"].inc()
         server.admission.enter()
         run = _Run(server, gen, endpoint)
         server.live.add(run)

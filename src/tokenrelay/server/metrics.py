@@ -40,6 +40,14 @@ class ServerMetrics:
         self.rejected = Counter(
             "tokenrelay_rejected", "Requests refused because the queue was full", registry=r
         )
+        # Label children looked up once: every request counts into them.
+        self.prompt_tokens = self.tokens.labels("prompt")
+        self.completion_tokens = self.tokens.labels("completion")
+        self.requests_by_route = {
+            (endpoint, stream): self.requests.labels(endpoint, stream)
+            for endpoint in ("/v1/chat/completions", "/v1/completions")
+            for stream in ("true", "false")
+        }
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -20,6 +20,7 @@ import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -69,15 +70,26 @@ class EventStreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = Outcome()
         # The token path is the hot path (one send per frame, thousands of streams), so it carries no lock,
-        # no timer and no cancel scope per write. Three tasks per stream: the pump sends frames; the watcher
-        # waits for http.disconnect; the watchdog sends a keep-alive after `keepalive` seconds of silence and
-        # gives up on a send stuck past `send_timeout` (a client that stopped reading). Whichever ends first
-        # ends the others. Sends overlap only while both wait for the transport to drain; ASGI servers write
-        # each message to the transport before they wait, so frames keep their order.
+        # no timer and no cancel scope per write, and a stream costs one extra task: the frames are pumped in
+        # this task; a watcher task waits for http.disconnect; a timer (not a task) sends a keep-alive after
+        # `keepalive` seconds of silence and gives up on a send stuck past `send_timeout` (a client that
+        # stopped reading). Either one stops the stream by cancelling this task, which cancels the generation
+        # at the step it waits for. Sends overlap only while a keep-alive and a frame both wait for the
+        # transport to drain; ASGI servers write each message to the transport before they wait, so frames
+        # keep their order.
+        loop = asyncio.get_running_loop()
+        host = asyncio.current_task()
         clock = time.monotonic
         last_write = clock()  # when the last send completed (or, while one is in progress, when it began)
-        sending = False
-        ending = False
+        sending = ending = stopped = False
+        extra: set[asyncio.Future[Any]] = set()
+        timer: asyncio.TimerHandle | None = None
+
+        def stop() -> None:
+            nonlocal stopped
+            if not stopped and not ending and host is not None:
+                stopped = True
+                host.cancel()
 
         async def write(message: Message) -> bool:
             nonlocal last_write, sending
@@ -92,56 +104,62 @@ class EventStreamResponse(Response):
             last_write = clock()
             return True
 
-        async def pump() -> None:
-            nonlocal ending
-            if not await write({"type": "http.response.start", "status": 200, "headers": self.raw_headers}):
-                return
-            if not await write({"type": "http.response.body", "body": OPENING, "more_body": True}):
-                return
-            async for frame in self._frames:
-                if not await write({"type": "http.response.body", "body": frame, "more_body": True}):
-                    return
-            ending = True
-            if await write({"type": "http.response.body", "body": b"", "more_body": False}):
-                outcome.completed = True
-
         async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
             outcome.disconnected = True
+            stop()
 
-        async def watchdog() -> None:
-            period = min(self._keepalive, self._send_timeout) / 3
-            while True:
-                await asyncio.sleep(period)
-                now = clock()
-                if sending and now - last_write > self._send_timeout:
-                    # Flow control has blocked this send too long. Returning without finishing the body makes
-                    # the server close the connection.
-                    outcome.disconnected = True
-                    return
-                if not sending and not ending and now - last_write >= self._keepalive:
-                    await write({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+        period = min(self._keepalive, self._send_timeout) / 3
 
-        tasks = [
-            asyncio.ensure_future(pump()),
-            asyncio.ensure_future(watch()),
-            asyncio.ensure_future(watchdog()),
-        ]
+        def tick() -> None:
+            nonlocal timer
+            now = clock()
+            if sending and now - last_write > self._send_timeout:
+                # Flow control has blocked this send too long: the client stopped reading. Returning without
+                # finishing the body makes the server close the connection.
+                outcome.disconnected = True
+                stop()
+                return
+            if not sending and not ending and now - last_write >= self._keepalive:
+                keep = asyncio.ensure_future(
+                    write({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+                )
+                extra.add(keep)
+                keep.add_done_callback(extra.discard)
+            timer = loop.call_later(period, tick)
+
+        watcher = asyncio.ensure_future(watch())
+        timer = loop.call_later(period, tick)
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if await write(
+                {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+            ) and await write({"type": "http.response.body", "body": OPENING, "more_body": True}):
+                async for frame in self._frames:
+                    if not await write({"type": "http.response.body", "body": frame, "more_body": True}):
+                        break
+                else:
+                    ending = True
+                    if await write({"type": "http.response.body", "body": b"", "more_body": False}):
+                        outcome.completed = True
+        except asyncio.CancelledError:
+            if not stopped:
+                raise  # cancelled from outside (server shutdown): propagate after cleaning up
+            # We stopped the stream ourselves: that is its end, not an error.
+            uncancel = getattr(host, "uncancel", None)  # Python 3.11+: take our cancel request back
+            if uncancel is not None:
+                uncancel()
         finally:
-            for task in tasks:
-                task.cancel()
-            # Cancelling the pump cancels the generation at the step it waits for. Shielded: on shutdown the
-            # server cancels this task and the event loop may cancel it again; the generation must still be
-            # closed, counted and logged.
-            await asyncio.shield(_finish(tasks, self._frames))
+            if timer is not None:
+                timer.cancel()
+            watcher.cancel()
+            for keep in list(extra):
+                keep.cancel()
+            # Shielded: on shutdown the server cancels this task and the event loop may cancel it again; the
+            # generation must still be closed (the engine stops at the step it is in), counted and logged.
+            await asyncio.shield(_finish([watcher, *extra], self._frames))
             if self._on_done is not None:
                 self._on_done(outcome)
-        error = None if tasks[0].cancelled() else tasks[0].exception()
-        if error is not None:
-            raise error
 
 
 class JSONGenerationResponse(Response):
@@ -193,7 +211,7 @@ class JSONGenerationResponse(Response):
                 self._on_done(outcome)
 
 
-async def _finish(tasks: Sequence[asyncio.Future[None]], frames: AsyncIterator[bytes]) -> None:
+async def _finish(tasks: Sequence[asyncio.Future[Any]], frames: AsyncIterator[bytes]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     await _aclose(frames)
 
