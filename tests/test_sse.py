@@ -10,7 +10,7 @@ import base64
 import json
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,7 +32,7 @@ class Outcome(NamedTuple):
     error: str | None  # the ProtocolError message, when the stream broke the size limit
 
 
-def parse(chunks: Iterable[bytes], max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> Outcome:
+def parse_by_feed(chunks: Iterable[bytes], max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> Outcome:
     parser = SSEParser(max_event_bytes)
     events: list[ServerSentEvent] = []
     try:
@@ -42,6 +42,25 @@ def parse(chunks: Iterable[bytes], max_event_bytes: int = DEFAULT_MAX_EVENT_BYTE
     except ProtocolError as exc:
         return Outcome(events, parser.last_event_id, parser.retry, False, exc.message)
     return Outcome(events, parser.last_event_id, parser.retry, parser.truncated, None)
+
+
+def parse_by_iter(chunks: Iterable[bytes], max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> Outcome:
+    parser = SSEParser(max_event_bytes)
+    events: list[ServerSentEvent] = []
+    try:
+        for event in parser.iter_events(iter(chunks)):  # a one-shot iterator, as a network read gives
+            events.append(event)
+    except ProtocolError as exc:
+        return Outcome(events, parser.last_event_id, parser.retry, False, exc.message)
+    return Outcome(events, parser.last_event_id, parser.retry, parser.truncated, None)
+
+
+def parse(chunks: Iterable[bytes], max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> Outcome:
+    """The outcome of ``feed`` per chunk and ``close``; ``iter_events`` over the same chunks must agree."""
+    chunks = list(chunks)
+    outcome = parse_by_feed(chunks, max_event_bytes)
+    assert parse_by_iter(chunks, max_event_bytes) == outcome, chunks
+    return outcome
 
 
 def cut_at(stream: bytes, cuts: Iterable[int]) -> list[bytes]:
@@ -166,6 +185,35 @@ def test_matches_the_literal_algorithm_under_any_cutting(case: tuple[bytes, list
     assert parse(chunks) == reference(stream)
 
 
+# Streams shaped like real ones, to reach the parser's shortcuts for runs of ``data: ...`` + blank line (one
+# event or several per chunk, long payloads) and the places where they must give way to the line-by-line path.
+PAYLOAD = st.binary(max_size=80).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
+FRAME_PIECES = st.sampled_from(
+    [
+        b"data: ",
+        b"data:",
+        b"\n",
+        b"\n\n",
+        b"\n\ndata: ",
+        b"\r\n",
+        b"id: 7\n",
+        b"event: e\n",
+        b": c\n",
+        b"\xe2\x82",
+    ]
+)
+frame_streams = st.lists(
+    st.one_of(PAYLOAD.map(lambda p: b"data: " + p + b"\n\n"), PAYLOAD, FRAME_PIECES), max_size=30
+).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(split_stream(frame_streams))
+def test_chat_shaped_streams_match_the_literal_algorithm(case: tuple[bytes, list[bytes]]) -> None:
+    stream, chunks = case
+    assert parse(chunks) == reference(stream)
+
+
 UNLIMITED = [v for v in VECTORS if not v.get("error")]  # the oracle has no size limit
 
 
@@ -203,6 +251,54 @@ def test_protocol_error_is_raised_after_the_good_events_and_then_sticks() -> Non
     assert first.value.status_code == 502
 
 
+def test_after_the_size_error_no_further_event_is_returned_by_either_driver() -> None:
+    # After a first comment chunk (the BOM question settled), the next chunk completes "a" and then breaks
+    # the limit with a 20-byte field line; the last holds a whole valid event, which must not come out: the
+    # error is raised instead.
+    chunks = [b": hi\n", b"data: a\n\n" + b"x" * 20 + b"\n", b"\ndata: b\n\n"]
+    outcome = parse(chunks, 10)
+    assert (outcome.events, outcome.error) == (
+        [ServerSentEvent(data="a")],
+        "SSE line or event exceeds max_event_bytes=10",
+    )
+
+
+def test_a_sticky_id_reaches_events_completed_together_in_a_later_chunk() -> None:
+    # The later chunks hold several plain ``data:`` events, the shape the parser splits in one go.
+    stream = b"id: 7\ndata: a\n\n" + b"data: b\n\ndata: c\n\ndata: d\n\n"
+    assert assert_split_invariant(stream) == Outcome(
+        [ServerSentEvent(data=x, id="7") for x in "abcd"], "7", None, False, None
+    )
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b"data: a\nb\n\n",
+        b"data: a\n\n\n",
+        b"data: a\ndata: b\n\n",
+        b"data: a\n\ndata: b\nc\n\ndata: d\n\n",
+        b"data: a\n\ndata:b\n\n",
+        b"data: a\n\n:x\n\ndata: b\n\n",
+        b"data: a\r\n\r\ndata: b\n\ndata: c\r\rdata: d\n\n",
+    ],
+)
+def test_near_misses_of_the_plain_data_event_shape(stream: bytes) -> None:
+    # Each is one byte or line away from ``data: p`` + blank line, cut everywhere.
+    assert assert_split_invariant(stream) == reference(stream)
+
+
+def test_empty_chunks_change_nothing() -> None:
+    stream = b"data: a\n\n: comment\r\ndata: b\r\n\r\n" + b"x" * 20
+    for limit in (DEFAULT_MAX_EVENT_BYTES, 10):
+        whole = parse([stream], limit)
+        assert parse([piece for byte in stream for piece in (b"", bytes([byte]))], limit) == whole
+        assert parse([b"", stream, b""], limit) == whole
+    assert parse([b"", b":" + b"y" * 20], 10).error is not None  # a comment still breaks the line limit
+    # A comment piece after an empty chunk, inside an event that used up its budget: within the line limit.
+    assert parse([b"data: 1234\n", b"", b":yy", b"\n\n"], 10).events == [ServerSentEvent(data="1234")]
+
+
 def test_a_line_that_never_ends_is_refused_before_it_is_complete() -> None:
     parser = SSEParser(1000)
     fed = 0
@@ -213,20 +309,80 @@ def test_a_line_that_never_ends_is_refused_before_it_is_complete() -> None:
     assert fed <= 1000  # refused within one chunk of passing the limit, not at the end
 
 
-def test_many_short_comment_pieces_inside_a_full_event_stay_cheap(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_iter_events_refuses_a_line_that_never_ends_as_soon_as_feed_would() -> None:
+    pulled = 0
+
+    def endless() -> Iterator[bytes]:
+        nonlocal pulled
+        yield b"data: "
+        while True:
+            pulled += 100
+            yield b"x" * 100
+
+    with pytest.raises(ProtocolError):
+        list(SSEParser(1000).iter_events(endless()))
+    assert pulled <= 1000
+
+
+@pytest.mark.parametrize("driver", ["feed", "iter_events"])
+def test_many_short_comment_pieces_inside_a_full_event_stay_cheap(
+    monkeypatch: pytest.MonkeyPatch, driver: str
+) -> None:
     # After a comment line passes the event budget it is re-checked only against the line limit: otherwise
     # every further piece would re-measure the whole line (quadratic in the number of pieces).
     checks = []
     check = SSEParser._check_partial
     monkeypatch.setattr(SSEParser, "_check_partial", lambda self: checks.append(1) or check(self))
+    chunks = [b"data: " + b"x" * 1900 + b"\n:", *[b"y"] * 1500, b"\n\n", b":" + b"z" * 2000]
+    events: list[ServerSentEvent] = []
     parser = SSEParser(2000)
-    parser.feed(b"data: " + b"x" * 1900 + b"\n:")
-    for _ in range(1500):
-        assert parser.feed(b"y") == []
-    assert len(checks) == 1
-    assert parser.feed(b"\n\n") == [ServerSentEvent(data="x" * 1900)]
     with pytest.raises(ProtocolError):
-        parser.feed(b":" + b"z" * 2000)
+        if driver == "feed":
+            for chunk in chunks:
+                events += parser.feed(chunk)
+        else:
+            events.extend(parser.iter_events(chunks))
+    assert len(checks) == 2  # once when the comment passed the event budget, once when it broke the limit
+    assert events == [ServerSentEvent(data="x" * 1900)]
+
+
+def test_iter_events_yields_each_event_before_reading_the_next_chunk() -> None:
+    stream = b"data: a\n\ndata: b\n\n: ping\ndata: c\r\n\r\ndata: d\n\n"
+    for chunks in cuttings(stream):
+        read: list[bytes] = []
+
+        def source(chunks: list[bytes] = chunks, read: list[bytes] = read) -> Iterator[bytes]:
+            for chunk in chunks:
+                read.append(chunk)
+                yield chunk
+
+        yielded = 0
+        for event in SSEParser().iter_events(source()):
+            # The chunks read so far complete this event, and without the last one they do not.
+            done, before = reference(b"".join(read)).events, reference(b"".join(read[:-1])).events
+            assert len(before) <= yielded < len(done) and done[yielded] == event
+            yielded += 1
+        assert yielded == 4
+
+
+def test_leaving_iter_events_early_leaves_the_parser_open() -> None:
+    parser = SSEParser()
+    events = parser.iter_events([b"id: 1\ndata: a\n\n", b"data: b\n\nid: 2\ndata: c", b"\n\n"])
+    assert [next(events).data, next(events).data] == ["a", "b"]
+    events.close()
+    assert (parser.last_event_id, parser.truncated) == ("1", False)
+    # The chunk that completed "b" was read whole: its tail is pending, and the parser carries on from there.
+    assert parser.feed(b"\n\n") == [ServerSentEvent(data="c", id="2")]
+    parser.close()
+    assert (parser.last_event_id, parser.truncated) == ("2", False)
+
+
+def test_iter_events_closes_the_parser_at_the_end_of_the_chunks() -> None:
+    parser = SSEParser()
+    assert [e.data for e in parser.iter_events([b"data: a\n\nda", b"ta: b"])] == ["a"]
+    assert parser.truncated
+    with pytest.raises(ValueError):
+        list(parser.iter_events([b"data: c\n\n"]))
 
 
 def test_max_event_bytes_must_be_positive() -> None:
@@ -366,3 +522,16 @@ def test_round_trip_encode_cut_anywhere_parse(
     )
     chunks = cut_at(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
     assert parse(chunks) == expected_events(usable)  # type: ignore[arg-type]
+
+
+def test_the_size_budget_is_restored_after_every_event_on_every_path() -> None:
+    # Each frame is 16 bytes of lines against a limit of 20: fine alone, not fine if a path forgot to reset
+    # the partial line's budget after dispatching. Cuts: mid-line then exactly at the frame end (no tail),
+    # mid-line then into the next frame (a tail), and several frames per chunk.
+    stream = b"data: 0123456789\n\n" * 50
+    for chunks in (
+        [piece for i in range(0, len(stream), 18) for piece in (stream[i : i + 11], stream[i + 11 : i + 18])],
+        [stream[i : i + 13] for i in range(0, len(stream), 13)],
+        [stream[i : i + 41] for i in range(0, len(stream), 41)],
+    ):
+        assert parse(chunks, 20) == Outcome([ServerSentEvent(data="0123456789")] * 50, "", None, False, None)
