@@ -3,9 +3,15 @@
 // token renderer and the same DOM builder, so the difference is the block approach alone.
 //
 // One step = what one token costs: take the token, render, write the DOM, and force style and layout (by
-// reading the container's height), timed with performance.now(). Steps run in separate tasks, so the
-// browser can collect garbage between them as it would between frames. Paint is not included: it would
-// only add to the naive renderer, which repaints the whole reply at every step.
+// reading the container's height), timed with performance.now(). Every 20 steps the loop yields to the event
+// loop, so the browser can collect garbage and draw between them as it would between frames. Paint is not
+// included: it would only add to the naive renderer, which repaints the whole reply at every step.
+//
+// performance.now() is wall-clock time: a step also counts any time the main thread was runnable but not
+// running (on a 2-core machine another thread, one of Chromium's own or another process, can hold its
+// core for a whole 4 ms scheduler tick). run(..., {mark: true}) brackets each step with performance.mark()
+// calls, outside the timed part, so that a Chromium trace of the run (run.js) gives each step's main-thread
+// CPU time too.
 
 import MarkdownIt from '/static/vendor/markdown-it.esm.min.mjs';
 import { BlockRenderer } from '/static/blocks.js';
@@ -56,17 +62,28 @@ function naiveRenderer() {
 
 const RENDERERS = { blocks: blocksRenderer, naive: naiveRenderer };
 const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
+// The reply is made once per length: made again for every run, the generator's fresh closures were
+// compiled again too (--trace-opt: marked for Maglev in every run), work for a V8 helper thread.
+const replies = new Map();
+const tokensOf = (count) => replies.get(count) ?? replies.set(count, replyTokens(count)).get(count);
 
-/** Run one renderer over `count` tokens; per-step times in ms and the final DOM's text and HTML size. */
-async function run(name, count) {
+/**
+ * Run one renderer over `count` tokens; per-step times in ms and the final DOM's text and HTML size.
+ * With `mark`, steps are bracketed by the user-timing marks 'step' and 'step-end' (run.js traces them).
+ */
+async function run(name, count, { mark = false } = {}) {
   container.replaceChildren();
-  const tokens = replyTokens(count);
+  const tokens = tokensOf(count);
   const renderer = RENDERERS[name]();
   const steps = new Float64Array(tokens.length + 1);
   const layouts = new Float64Array(tokens.length + 1);
   let sink = 0;
   for (let i = 0; i <= tokens.length; i++) {
-    if (i % 20 === 0) await nextTask();
+    if (i % 20 === 0) {
+      if (mark) performance.clearMarks(); // the trace keeps them; the page need not
+      await nextTask();
+    }
+    if (mark) performance.mark('step');
     const start = performance.now();
     if (i < tokens.length) renderer.step(tokens[i]);
     else renderer.finish();
@@ -74,7 +91,9 @@ async function run(name, count) {
     sink += container.offsetHeight; // style and layout happen here, inside the step
     steps[i] = performance.now() - start;
     layouts[i] = steps[i] - (rendered - start);
+    if (mark) performance.mark('step-end');
   }
+  if (mark) performance.clearMarks();
   return {
     name,
     tokens: tokens.length,

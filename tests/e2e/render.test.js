@@ -199,6 +199,72 @@ describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () =
     await page.close();
   });
 
+  test('a reply in several block groups keeps its margins, trimmed only at its two ends', async () => {
+    // style.css trims the first block's top margin and the last block's bottom margin with rules that name
+    // the top-level block tags (so that a new group does not restyle the whole previous one); whatever
+    // block ends the reply must be among them, and the last block of a full group must keep its margin.
+    const endings = ['# h1', '## h2', '### h3', '#### h4', '##### h5', '###### h6', '- a\n- b', '1. a\n2. b'];
+    endings.push('> quote', '```\ncode\n```', '| a | b |\n|---|---|\n| 1 | 2 |', '***', 'A paragraph.');
+    const { page, problems } = await openPage(browser.context, server);
+    const replies = await page.evaluate(async (lastBlocks) => {
+      const { default: MarkdownItInPage } = await import('/static/vendor/markdown-it.esm.min.mjs');
+      const { createMarkdown: create } = await import('/static/markdown.js');
+      const { BlockRenderer } = await import('/static/blocks.js');
+      const { MarkdownView } = await import('/static/view.js');
+      const md = create(MarkdownItInPage);
+      const margins = (el) => [getComputedStyle(el).marginTop, getComputedStyle(el).marginBottom];
+      const out = [];
+      for (const last of lastBlocks) {
+        const body = document.createElement('div');
+        body.className = 'body markdown';
+        document.getElementById('conversation').append(body);
+        let frame = null;
+        const draw = () => {
+          const callback = frame;
+          frame = null;
+          callback?.(performance.now());
+        };
+        const view = new MarkdownView({
+          container: body,
+          renderer: new BlockRenderer(md),
+          requestFrame: (cb) => (frame = cb),
+        });
+        const text = `${Array.from({ length: 40 }, (_, i) => `Paragraph ${i}.`).join('\n\n')}\n\n${last}`;
+        for (const piece of text.match(/[\s\S]{1,5}/g)) {
+          view.append(piece);
+          draw();
+        }
+        view.end();
+        draw();
+        const groups = Array.from(body.children);
+        const blocks = groups.flatMap((group) => Array.from(group.children));
+        out.push({
+          last,
+          groups: groups.length,
+          first: margins(blocks[0])[0],
+          lastTag: blocks.at(-1).tagName,
+          lastBottom: margins(blocks.at(-1))[1],
+          groupEnds: groups.slice(0, -1).map((group) => margins(group.lastElementChild)[1]),
+        });
+        body.remove();
+      }
+      return out;
+    }, endings);
+    for (const reply of replies) {
+      assert.ok(reply.groups >= 2, `${reply.last}: ${reply.groups} group(s)`);
+      assert.equal(reply.first, '0px', `${reply.last}: the first block's top margin`);
+      assert.equal(
+        reply.lastBottom,
+        '0px',
+        `${reply.last}: the last block's (${reply.lastTag}) bottom margin`,
+      );
+      for (const bottom of reply.groupEnds)
+        assert.notEqual(bottom, '0px', `${reply.last}: a full group's last block`);
+    }
+    assert.deepEqual(problems.errors, []);
+    await page.close();
+  });
+
   test("the server replays the file's CRLF line ends", async () => {
     // Asked directly: Chromium keeps no copy of a streamed fetch body for the test to read. (The page's
     // handling of CR and CRLF, split anywhere, is covered by the node tests in tests/web/.)
