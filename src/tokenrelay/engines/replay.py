@@ -121,8 +121,7 @@ class ReplayEngine:
         ids = self.reply_ids(prompt, params)
         steps = [ids[i : i + self._burst] for i in range(0, len(ids), self._burst)]
         released = 0
-        schedule = self._schedules.get(len(steps)) or self.schedule(len(steps))
-        for step, delay in zip(steps, schedule, strict=True):
+        for step, delay in zip(steps, self.schedule(len(steps)), strict=True):
             # Sleep even for a zero delay: a consumer that cancels between steps must get the chance to.
             await self._sleep(delay)
             if self._fail_after is not None and released + len(step) > self._fail_after:
