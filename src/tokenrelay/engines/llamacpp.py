@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Sequence
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay.engines.base import Prompt, SamplingParams, Step
+from tokenrelay.engines.llamacpp_check import REBUILD_HINT, check_runnable, default_threads
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
 if TYPE_CHECKING:
@@ -101,13 +101,17 @@ class LlamaCppEngine:
                 "the llamacpp engine needs llama-cpp-python: pip install 'tokenrelay[llama]'"
             ) from exc
         size_mb = path.stat().st_size / 1e6
+        threads = n_threads or default_threads()
         report(f"loading model {path.name} ({size_mb:.0f} MB)…")
         started = time.perf_counter()
+        # Prove in a child process that this machine can run the build before this process loads it.
+        if not check_runnable(path, n_threads=threads, n_parallel=1, on_progress=report):
+            raise ConfigError(f"{path.name} runs here only without extra buffer types; {REBUILD_HINT}")
         try:
             llama = Llama(
                 model_path=str(path),
                 n_ctx=n_ctx,
-                n_threads=n_threads or min(8, os.cpu_count() or 1),
+                n_threads=threads,
                 verbose=False,  # llama.cpp's own logging stays off; progress goes through on_progress
             )
         except (ValueError, RuntimeError, OSError) as exc:

@@ -1,0 +1,213 @@
+"""llama.cpp's low-level API, wrapped just enough for a continuous-batching engine.
+
+``llama_cpp.Llama`` runs one sequence per context; serving N chats at once needs what ``llama-server`` uses:
+one context whose KV cache holds N sequences (``n_seq_max``, one stream per sequence: ``kv_unified`` off, so a
+sequence's attention never scans the others' cells), one ``llama_batch`` per step carrying each sequence's
+tokens at their positions, one ``llama_decode`` for all of them, and a sampler per sequence reading its own row
+of logits. This module is that and nothing more; the scheduling lives in ``engines/_batching.py`` and the
+threads and asyncio in ``engines/llamacpp.py``.
+
+Every call here blocks (``llama_decode`` for milliseconds); ctypes releases the GIL around the C calls, so the
+event loop runs while a step computes. The object is not thread-safe: one worker thread owns it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tokenrelay._errors import ConfigError, EngineError
+from tokenrelay.engines._batching import BatchEntry
+
+__all__ = ["BatchEntry", "NativeModel", "Sampler"]
+
+DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "draw a random seed", as the OpenAI API does
+
+
+class Sampler:
+    """A per-request llama.cpp sampler chain; ``temperature == 0`` is greedy."""
+
+    def __init__(self, temperature: float, top_p: float, seed: int | None) -> None:
+        import llama_cpp as lc
+
+        # OpenAI semantics: only temperature and top_p shape the distribution; the order (top-p, then
+        # temperature, then the draw) is llama-cpp-python's own, so a seeded reply matches Llama.generate's.
+        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        if temperature == 0.0:
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+        else:
+            if top_p < 1.0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(top_p, 1))
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(temperature))
+            lc.llama_sampler_chain_add(
+                chain, lc.llama_sampler_init_dist(DEFAULT_SEED if seed is None else seed)
+            )
+        self._chain: Any = chain
+
+    def sample(self, ctx: Any, row: int) -> int:
+        import llama_cpp as lc
+
+        # llama_sampler_sample also "accepts" the token into the chain's state (a no-op for these samplers).
+        return int(lc.llama_sampler_sample(self._chain, ctx, row))
+
+    def close(self) -> None:
+        import llama_cpp as lc
+
+        if self._chain is not None:
+            lc.llama_sampler_free(self._chain)
+            self._chain = None
+
+
+class NativeModel:
+    """A GGUF model and one multi-sequence context. Build it with :meth:`load`."""
+
+    def __init__(self, model: Any, ctx: Any, *, n_parallel: int, n_batch: int) -> None:
+        import llama_cpp as lc
+
+        self._model = model  # llama_cpp._internals.LlamaModel (owns the llama_model and its vocab)
+        self._ctx: Any = ctx
+        self._mem = lc.llama_get_memory(ctx)
+        self.n_parallel = n_parallel
+        self.n_batch = n_batch
+        self.n_ctx_seq = int(lc.llama_n_ctx_seq(ctx))
+        """Cells each sequence may fill: prompt plus reply."""
+        self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        self.metadata: dict[str, str] = model.metadata()
+
+    @classmethod
+    def load(
+        cls,
+        path: Path,
+        *,
+        n_threads: int,
+        n_parallel: int,
+        n_ctx_seq: int,
+        n_batch: int = 512,
+        use_extra_bufts: bool = True,
+    ) -> NativeModel:
+        """Load ``path`` with room for ``n_parallel`` sequences of ``n_ctx_seq`` tokens each."""
+        import llama_cpp as lc
+        from llama_cpp._internals import LlamaModel
+        from llama_cpp._logger import set_verbose
+
+        set_verbose(False)  # llama.cpp's own log lines stay off (errors still print); progress is ours
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        mparams.use_extra_bufts = use_extra_bufts
+        try:
+            model = LlamaModel(path_model=str(path), params=mparams, verbose=False)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ConfigError(f"llama.cpp could not load {path}: {exc}") from exc
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx_seq * n_parallel
+        cparams.n_seq_max = n_parallel
+        cparams.kv_unified = False
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.no_perf = True
+        ctx = lc.llama_init_from_model(model.model, cparams)
+        if ctx is None:
+            model.close()  # type: ignore[no-untyped-call]
+            raise ConfigError(
+                f"llama.cpp could not make a context of {n_parallel} × {n_ctx_seq} tokens for {path}"
+            )
+        return cls(model, ctx, n_parallel=n_parallel, n_batch=n_batch)
+
+    # -- vocabulary ------------------------------------------------------------------------------------------
+
+    def tokenize(self, text: bytes, *, add_bos: bool, special: bool) -> list[int]:
+        return list(self._model.tokenize(text, add_bos, special))
+
+    def token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return bytes(self._model.detokenize([token], special=True)).decode("utf-8", errors="replace")
+
+    @property
+    def bos(self) -> int:
+        return int(self._model.token_bos())
+
+    @property
+    def eos(self) -> int:
+        return int(self._model.token_eos())
+
+    @property
+    def eot(self) -> int:
+        return int(self._model.token_eot())
+
+    # -- decoding --------------------------------------------------------------------------------------------
+
+    def decode(self, entries: Sequence[BatchEntry]) -> list[int]:
+        """One ``llama_decode`` over ``entries`` (at most ``n_batch``); returns the logits row of each entry
+        that asked for logits, in order (``-1`` for the others)."""
+        import llama_cpp as lc
+
+        if not 0 < len(entries) <= self.n_batch:
+            raise ValueError(f"a step holds 1..{self.n_batch} tokens, got {len(entries)}")
+        batch = self._batch
+        rows: list[int] = []
+        token, pos, n_seq, seq_ids, logits = (
+            batch.token,
+            batch.pos,
+            batch.n_seq_id,
+            batch.seq_id,
+            batch.logits,
+        )
+        for i, entry in enumerate(entries):
+            token[i] = entry.token
+            pos[i] = entry.pos
+            n_seq[i] = 1
+            seq_ids[i][0] = entry.seq
+            logits[i] = entry.logits
+            rows.append(i if entry.logits else -1)
+        batch.n_tokens = len(entries)
+        status = lc.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise EngineError(f"llama_decode failed with status {status} on a step of {len(entries)} tokens")
+        return rows
+
+    def sample(self, sampler: Sampler, row: int) -> int:
+        return sampler.sample(self._ctx, row)
+
+    def forget(self, seq: int) -> None:
+        """Free every KV cell of ``seq`` so the next request can use the sequence from position 0."""
+        import llama_cpp as lc
+
+        lc.llama_memory_seq_rm(self._mem, seq, -1, -1)
+
+    def self_test(self) -> None:
+        """Decode as the server will: a multi-token prompt, then steps batching every sequence at once."""
+        ids = self.tokenize(b"The quick brown fox jumps over the lazy dog. " * 3, add_bos=True, special=False)
+        sampler = Sampler(0.0, 1.0, None)
+        try:
+            nexts = []
+            for seq in range(
+                self.n_parallel
+            ):  # seq 0 reads the whole prompt in one step, the others 4 tokens
+                prompt = ids if seq == 0 else ids[:4]
+                rows = self.decode(
+                    [BatchEntry(t, p, seq, p == len(prompt) - 1) for p, t in enumerate(prompt)]
+                )
+                nexts.append((self.sample(sampler, rows[-1]), len(prompt)))
+            for _ in range(2):
+                batch = [BatchEntry(token, pos, seq, True) for seq, (token, pos) in enumerate(nexts)]
+                rows = self.decode(batch)
+                nexts = [
+                    (self.sample(sampler, row), pos + 1) for row, (_, pos) in zip(rows, nexts, strict=True)
+                ]
+        finally:
+            sampler.close()
+            for seq in range(self.n_parallel):
+                self.forget(seq)
+
+    def close(self) -> None:
+        import llama_cpp as lc
+
+        if self._ctx is not None:
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self._ctx)
+            self._ctx = None
+            self._model.close()
