@@ -22,7 +22,7 @@ LLAMA_STAMP := $(VENV)/.llama-$(LLAMA_CPP_VERSION)-$(notdir $(LLAMA_WHEELS))
 # Debian packages the tests drive for real: nginx (proxy tests), Chromium (the page), fonts to render the corpus.
 SYSTEM_PACKAGES := nginx chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl
 
-.PHONY: install test check bench serve clean
+.PHONY: install test check bench bench-engine llama-server serve clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -78,6 +78,24 @@ bench: install
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/server_load.py
 	node benchmarks/render/run.js
+
+# llama.cpp's own server, for the side-by-side engine benchmark (and tests that relay from it): built once from
+# the llama.cpp sources inside the same llama-cpp-python sdist, with the same portable flags (~7 min on 2 cores).
+LLAMA_SERVER := $(HOME)/.cache/tokenrelay/llama-server/llama-server
+$(LLAMA_SERVER): | $(BIN)/python
+	@set -e; tmp=$$(mktemp -d); \
+	$(BIN)/python -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_CPP_VERSION); \
+	tar -xzf $$tmp/llama_cpp_python-*.tar.gz -C $$tmp; \
+	cmake -S $$tmp/llama_cpp_python-*/vendor/llama.cpp -B $$tmp/build -DCMAKE_BUILD_TYPE=Release \
+		-DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
+		$(LLAMA_CMAKE_ARGS) >/dev/null; \
+	cmake --build $$tmp/build --target llama-server -j $(CMAKE_BUILD_PARALLEL_LEVEL); \
+	mkdir -p $(dir $@); cp $$tmp/build/bin/llama-server $@; rm -rf $$tmp
+
+llama-server: $(LLAMA_SERVER)
+
+bench-engine: install $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/engine_concurrency.py --llama-server $(LLAMA_SERVER)
 
 serve: $(STAMP) $(NODE_STAMP)
 	$(BIN)/tokenrelay serve

@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
+from llama_cpp import Llama
+
 from tokenrelay._errors import ConfigError, InvalidRequestError
 from tokenrelay._stream import Finished, TextDelta
 from tokenrelay.engines.base import ChatMessage, Engine, Prompt, SamplingParams, stream_events
@@ -21,23 +23,33 @@ CHAT: list[ChatMessage] = [{"role": "user", "content": "What is 2+2?"}]
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LlamaCppEngine]:
-    eng = LlamaCppEngine.load(n_ctx=512)
+    eng = LlamaCppEngine.load(n_ctx=512, n_parallel=4)
     yield eng
     asyncio.run(eng.aclose())
+
+
+@pytest.fixture(scope="module")
+def oracle() -> Iterator[Llama]:
+    """llama-cpp-python's own high-level model on the same GGUF: the reference the engine is checked against."""
+    llama = Llama(model_path=str(resolve_model_path("smollm2")), n_ctx=512, verbose=False)
+    yield llama
+    llama.close()
 
 
 async def ids_of(engine: LlamaCppEngine, prompt: Prompt, params: SamplingParams) -> list[int]:
     return [i async for step in engine.generate(prompt, params) for i in step]
 
 
-async def test_greedy_chat_matches_llama_cpp_pythons_own_completion(engine: LlamaCppEngine) -> None:
+async def test_greedy_chat_matches_llama_cpp_pythons_own_completion(
+    engine: LlamaCppEngine, oracle: Llama
+) -> None:
     assert isinstance(engine, Engine)
     events = [e async for e in stream_events(engine, CHAT, GREEDY)]
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     final = events[-1]
     assert isinstance(final, Finished)
     # Oracle: llama-cpp-python's own chat completion (its template handling, its sampler, its detokenizer).
-    reference = engine.llama.create_chat_completion(
+    reference = oracle.create_chat_completion(
         messages=[dict(m) for m in CHAT],
         temperature=0.0,
         max_tokens=GREEDY.max_tokens,
@@ -56,13 +68,15 @@ async def test_greedy_chat_matches_llama_cpp_pythons_own_completion(engine: Llam
     }
 
 
-async def test_greedy_is_deterministic_and_text_matches_llama_detokenize(engine: LlamaCppEngine) -> None:
+async def test_greedy_is_deterministic_and_text_matches_llama_detokenize(
+    engine: LlamaCppEngine, oracle: Llama
+) -> None:
     prompt = "The three primary colours are"
     first = await ids_of(engine, prompt, GREEDY)
     assert first == await ids_of(engine, prompt, GREEDY)
     events = [e async for e in stream_events(engine, prompt, GREEDY)]
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
-    assert text == bytes(engine.llama.detokenize(first)).decode("utf-8", errors="replace")
+    assert text == bytes(oracle.detokenize(first)).decode("utf-8", errors="replace")
     assert len(first) == GREEDY.max_tokens  # a raw prompt runs to max_tokens here (no EOS)
 
 
@@ -78,7 +92,7 @@ async def test_seed_makes_sampling_repeatable(engine: LlamaCppEngine) -> None:
 
 def test_chat_template_from_the_gguf_is_applied(engine: LlamaCppEngine) -> None:
     rendered = engine.render(CHAT)
-    assert engine.llama.metadata["tokenizer.chat_template"]
+    assert engine.metadata["tokenizer.chat_template"]
     assert "<|im_start|>user\nWhat is 2+2?<|im_end|>\n" in rendered
     assert rendered.endswith("<|im_start|>assistant\n")
     # llama.cpp's tokenization of the rendered prompt decodes back to it with our tokenizer (specials kept).
@@ -162,5 +176,119 @@ async def test_any_gguf_path_loads_with_progress() -> None:
         assert lines[1].startswith("loaded SmolLM2-135M-Instruct.Q4_1.gguf in ")
         assert engine.model == "SmolLM2-135M-Instruct.Q4_1"
         assert len(await ids_of(engine, CHAT, SamplingParams(max_tokens=4, temperature=0.0))) <= 4
+    finally:
+        await engine.aclose()
+
+
+# -- continuous batching (issue 10) ------------------------------------------------------------------------------
+
+PROMPTS: list[Prompt] = [
+    "Once upon a time",
+    CHAT,
+    "def fibonacci(n):",
+    [{"role": "user", "content": "Name three colours."}],
+    "The capital of France is",
+    "1, 2, 3, 4,",
+]
+
+
+async def test_concurrent_generations_share_every_step(engine: LlamaCppEngine) -> None:
+    """Four chats at once: every first token arrives before any reply ends, and steps carry all four."""
+    params = SamplingParams(max_tokens=24, temperature=0.0)
+    alone = [await ids_of(engine, p, params) for p in PROMPTS[:4]]
+    await engine.wait_idle()
+    before_steps = engine.steps_computed
+    engine.max_batch_seen = 0
+    first_at: list[float] = []
+    done_at: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def run(prompt: Prompt) -> list[int]:
+        ids: list[int] = []
+        async for step in engine.generate(prompt, params):
+            if not ids:
+                first_at.append(loop.time())
+            ids.extend(step)
+        done_at.append(loop.time())
+        return ids
+
+    together = await asyncio.gather(*(run(p) for p in PROMPTS[:4]))
+    assert max(first_at) < min(done_at)
+    assert engine.max_batch_seen == 4
+    # Shared steps: far fewer decodes than tokens (alone, each token would be one step).
+    assert engine.steps_computed - before_steps < sum(len(ids) for ids in together) * 0.5
+    # Greedy replies are the same batched as alone (llama.cpp's CPU kernels reduce each row on its own).
+    assert list(together) == alone
+
+
+async def test_requests_beyond_the_sequences_wait_and_then_run(engine: LlamaCppEngine) -> None:
+    params = SamplingParams(max_tokens=8, temperature=0.0)
+    alone = [await ids_of(engine, p, params) for p in PROMPTS]
+    engine.max_batch_seen = 0
+    together = await asyncio.gather(*(ids_of(engine, p, params) for p in PROMPTS))
+    assert engine.max_batch_seen == engine.n_parallel == 4
+    assert list(together) == alone
+
+
+async def test_cancelling_one_request_frees_its_sequence_and_the_others_go_on(engine: LlamaCppEngine) -> None:
+    params = SamplingParams(max_tokens=20, temperature=0.0)
+    expected = [await ids_of(engine, p, params) for p in PROMPTS[:3]]
+    got_three = asyncio.Event()
+
+    async def leaver() -> None:
+        seen = 0
+        async for _ in engine.generate("Count from one to one hundred:", SamplingParams(max_tokens=400)):
+            seen += 1
+            if seen == 3:
+                got_three.set()
+
+    task = asyncio.create_task(leaver())
+    others = asyncio.gather(*(ids_of(engine, p, params) for p in PROMPTS[:3]))
+    await got_three.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert list(await others) == expected
+    await engine.wait_idle()
+    # All four sequences are free again: four new requests run side by side.
+    engine.max_batch_seen = 0
+    await asyncio.gather(
+        *(ids_of(engine, p, SamplingParams(max_tokens=3, temperature=0.0)) for p in PROMPTS[:4])
+    )
+    assert engine.max_batch_seen == 4
+
+
+async def test_each_request_samples_with_its_own_settings(engine: LlamaCppEngine) -> None:
+    seeded = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.95, seed=7)
+    greedy = SamplingParams(max_tokens=16, temperature=0.0)
+    alone_seeded = await ids_of(engine, CHAT, seeded)
+    alone_greedy = await ids_of(engine, CHAT, greedy)
+    mixed = await asyncio.gather(
+        ids_of(engine, CHAT, seeded),
+        ids_of(engine, CHAT, greedy),
+        ids_of(engine, CHAT, SamplingParams(max_tokens=16, temperature=1.0, seed=8)),
+    )
+    assert mixed[0] == alone_seeded
+    assert mixed[1] == alone_greedy
+    assert mixed[2] != alone_seeded
+
+
+async def test_a_full_sequence_ends_with_length_never_a_crash() -> None:
+    engine = await asyncio.to_thread(LlamaCppEngine.load, n_ctx=64, n_parallel=2)
+    try:
+        assert engine.n_ctx >= 64  # llama.cpp rounds a sequence up to whole cache pages (256 cells)
+        # A count the model keeps going with: it runs into the end of its sequence, not into an EOS.
+        prompt = ", ".join(str(i) for i in range(1, 21)) + ","
+        assert 0 < engine.n_ctx - len(engine.prompt_ids(prompt)) < 200
+        events = [
+            e async for e in stream_events(engine, prompt, SamplingParams(max_tokens=None, temperature=0.0))
+        ]
+        final = events[-1]
+        assert isinstance(final, Finished)
+        assert final.reason == "length"
+        assert final.usage.prompt_tokens + final.usage.completion_tokens == engine.n_ctx
+        with pytest.raises(InvalidRequestError) as info:
+            await ids_of(engine, "word " * engine.n_ctx, GREEDY)
+        assert info.value.code == "context_length_exceeded"
     finally:
         await engine.aclose()

@@ -225,6 +225,8 @@ def test_without_llama_cpp_the_error_says_what_to_install(
 
 def test_llamacpp_engine_runs_a_sentencepiece_gguf(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
+    from llama_cpp import Llama
+
     from tokenrelay._stream import TextDelta
     from tokenrelay.engines.base import SamplingParams, stream_events
     from tokenrelay.engines.llamacpp import LlamaCppEngine
@@ -240,7 +242,9 @@ def test_llamacpp_engine_runs_a_sentencepiece_gguf(tmp_path: Path) -> None:
             events = [e async for e in stream_events(engine, prompt, params)]
             text = "".join(e.text for e in events if isinstance(e, TextDelta))
             # llama-cpp-python's own detokenize; the ids do not start with BOS, so it concatenates pieces.
-            reference = engine.llama.detokenize(ids).decode("utf-8", "replace")
+            oracle = Llama(model_path=str(path), vocab_only=True, verbose=False)
+            reference = oracle.detokenize(ids).decode("utf-8", "replace")
+            oracle.close()
             return ids, text, engine.prompt_ids(prompt), reference
         finally:
             await engine.aclose()

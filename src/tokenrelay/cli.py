@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from tokenrelay._errors import TokenRelayError
 from tokenrelay._stream import Finished, Timings
 from tokenrelay.doctor import command as doctor_command
+from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK
 
 if TYPE_CHECKING:
     from tokenrelay.engines import Engine
@@ -75,8 +76,26 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=("llamacpp", "replay"), default="llamacpp")
     parser.add_argument("--model", default="smollm2", help="llamacpp: 'smollm2' (built in) or a PATH.gguf")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--n-ctx", type=int, default=2048, help="llamacpp: context size in tokens")
+    parser.add_argument(
+        "--n-ctx",
+        type=int,
+        default=2048,
+        help="llamacpp: tokens per request, prompt plus reply (default: 2048)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="llamacpp: CPU threads (default: all, ≤ 8)")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        help=f"llamacpp: requests batched into each decode step (default: {DEFAULT_PARALLEL} for serve, "
+        "1 for generate); more wait in the queue",
+    )
+    parser.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=DEFAULT_PREFILL_CHUNK,
+        help=f"llamacpp: prompt tokens read per step (default: {DEFAULT_PREFILL_CHUNK})",
+    )
     replay = parser.add_argument_group("replay engine")
     replay.add_argument("--text-file", type=Path, help="text to replay (default: the prompt itself)")
     replay.add_argument("--rate", type=float, default=50.0, help="tokens per second; 0 = no delay")
@@ -115,7 +134,15 @@ def _build_engine(args: argparse.Namespace) -> Engine:
             first_token_delay=args.first_token_delay,
             seed=args.seed or 0,
         )
-    return LlamaCppEngine.load(args.model, n_ctx=args.n_ctx, n_threads=args.threads, on_progress=_stderr)
+    parallel = args.parallel or (DEFAULT_PARALLEL if args.command == "serve" else 1)
+    return LlamaCppEngine.load(
+        args.model,
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        n_parallel=parallel,
+        prefill_chunk=args.prefill_chunk,
+        on_progress=_stderr,
+    )
 
 
 def _ms(seconds: float | None) -> str:
@@ -209,7 +236,9 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key", default=os.environ.get("TOKENRELAY_API_KEY"), help="require 'Authorization: Bearer KEY'"
     )
-    parser.add_argument("--max-active", type=int, help="generations at once (default: 1 llamacpp, 64 replay)")
+    parser.add_argument(
+        "--max-active", type=int, help="generations at once (default: --parallel for llamacpp, 64 replay)"
+    )
     parser.add_argument("--max-queued", type=int, default=256, help="waiting generations before 429")
     parser.add_argument(
         "--max-tokens-limit", type=int, help="largest max_tokens a request may ask (default: n_ctx)"
@@ -225,13 +254,14 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
+    from tokenrelay.engines import LlamaCppEngine
     from tokenrelay.server import ServerConfig, serve
 
     engine = _build_engine(args)
     llama = args.engine == "llamacpp"
     config = ServerConfig(
         api_key=args.api_key or None,
-        max_active=args.max_active or (1 if llama else 64),
+        max_active=args.max_active or (engine.n_parallel if isinstance(engine, LlamaCppEngine) else 64),
         max_queued=args.max_queued,
         max_tokens_limit=args.max_tokens_limit or (args.n_ctx if llama else 4096),
         default_max_tokens=args.default_max_tokens,

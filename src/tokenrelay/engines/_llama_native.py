@@ -69,7 +69,8 @@ class NativeModel:
         self._ctx: Any = ctx
         self._mem = lc.llama_get_memory(ctx)
         self.n_parallel = n_parallel
-        self.n_batch = n_batch
+        self.n_batch = min(n_batch, int(lc.llama_n_batch(ctx)))
+        """Most tokens one step may carry (llama.cpp caps the asked-for size at the context size)."""
         self.n_ctx_seq = int(lc.llama_n_ctx_seq(ctx))
         """Cells each sequence may fill: prompt plus reply."""
         self._batch = lc.llama_batch_init(n_batch, 0, 1)

