@@ -10,15 +10,21 @@ streaming decoders, and this module is built around them:
   first piece: "The chai" decodes as ``The`` + `` ch`` + ``ai``). The byte table records those first-token rules.
 * Some decoders are not monotonic: HF ``ByteFallback`` turns a *whole* run of byte tokens into U+FFFDs if any of
   it is invalid (vllm#17448), so text shown early could be contradicted later. We hold such a run back until it
-  ends instead of emitting and regretting.
+  ends instead of emitting and regretting; once the run is invalid whatever follows, every byte of it is a
+  U+FFFD for good, and it streams at once.
 
 Two paths, chosen automatically:
 
 * **Byte table** (fast path): ``tokenizer.byte_table()`` gives each token's bytes plus the family's rules; the
   table was verified against the reference decode when the tokenizer was loaded. In the steady state a token
   whose bytes are a complete UTF-8 string costs one list lookup.
-* **Window** (fallback): for decoders that are not byte-representable (WordPiece, cleanup rules), a bounded
-  window of ids is re-decoded each step and only text that one further token can no longer change is emitted.
+* **Window** (fallback, ``_window.py``): for decoders that are not byte-representable (WordPiece, cleanup
+  rules), a bounded window of ids is re-decoded each step and only text that further tokens did not change is
+  emitted.
+
+Which id completed a piece of text (``ids_after``): the text a call returns may have been final before the
+newest id arrived (a ByteFallback run is shown when it ends, the window one token late). ``TextStream`` asks, so
+that a stop string is charged to the id that completed it, not to the ids that revealed it.
 
 Contract: for any ids and any way of cutting them into ``feed`` calls, ``"".join(feeds) + finish()`` equals
 ``tokenizer.decode(all_ids)``; with ``prompt_ids`` it equals ``decode(prompt + ids)[len(decode(prompt)):]``.
@@ -35,6 +41,7 @@ from typing import Literal
 
 from ._errors import TokenizerError
 from ._protocols import ByteTable, Tokenizer
+from ._window import WindowDecoder
 
 __all__ = ["DetokenizedPiece", "Detokenizer", "StrandedBytes", "decode_with_table"]
 
@@ -66,9 +73,6 @@ _BYTE = 2  # a byte-fallback token
 _SKIP = 3  # dropped, invisible to everything around it
 _FLUSH = 4  # dropped, but ends pending bytes (the family decodes the text between specials separately)
 _SPECIAL = 5  # kept special: ends pending bytes, then its text, then maybe a new segment
-
-_WINDOW_KEEP = 16  # ids kept when the fallback window is re-anchored
-_WINDOW_MAX = 64  # the window is re-anchored once it holds this many ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +161,7 @@ class Detokenizer:
         self._finished = False
         self._unattributed: list[int] = []
         table = tokenizer.byte_table()
-        self._window = None if table is not None else _WindowDecoder(tokenizer, skip_special_tokens)
+        self._window = None if table is not None else WindowDecoder(tokenizer, skip_special_tokens)
         self.uses_byte_table = table is not None
         if table is None:
             table = ByteTable(pieces=())
@@ -192,13 +196,22 @@ class Detokenizer:
         self._errors = _PER_BYTE_ERRORS if table.invalid_utf8 == "per_byte" else "replace"
         self._pend = b""  # bytes of an unfinished character
         self._run = bytearray()  # pending byte-fallback run ("byte_run" policy)
+        # Per byte of the run: the index (in ids fed) of the id it came from, and whether the run up to and
+        # including it is complete UTF-8 (so the reference decode of the ids up to it shows text, not U+FFFDs).
+        self._run_owner: list[int] = []
+        self._run_whole: list[bool] = []
+        self._run_tail = b""  # the run's unfinished character, to tell "incomplete" from "invalid" in O(1)
+        self._run_bad = False  # the run is invalid whatever follows: each byte is shown as U+FFFD at once
+        self._fed = 0  # ids through the slow path (all of them under "byte_run"): the owner numbering
+        # (characters, owning id index or one per character) per piece of the latest call's text, "byte_run"
+        self._marks: list[tuple[int, int | list[int]]] = []
         self._bos = table.leading_space != "keep"
         self._skip_chars = 0
 
     # -- the public API ----------------------------------------------------------------------------------
 
-    def feed(self, ids: int | Sequence[int]) -> str:
-        """Take one token id or a sequence of them; return the text that is now final (maybe "")."""
+    def feed(self, ids: int | Iterable[int]) -> str:
+        """Take one token id or an iterable of them; return the text that is now final (maybe "")."""
         # Hot path. _plain: only the incremental UTF-8 decoder is in play (no first-token rule, prompt to skip
         # or byte-fallback run), so a token's bytes go straight into it; with nothing pending, a token whose
         # bytes are complete UTF-8 is its own text.
@@ -221,10 +234,13 @@ class Detokenizer:
                         self._pend = data[used:]
                         return text
             return self._feed_any(ids)
+        if type(ids) is not list and type(ids) is not tuple:
+            # An iterator must be read once: the fallback below would find it consumed. (An int returned above.)
+            ids = list(ids)  # type: ignore[arg-type]
         if self._plain:
             try:
                 # A dict, not the list: a negative or unknown id must raise, not index from the end.
-                data = b"".join(map(self._plain_get, ids))  # type: ignore[arg-type]
+                data = b"".join(map(self._plain_get, ids))
             except (KeyError, TypeError):
                 pass
             else:
@@ -244,10 +260,28 @@ class Detokenizer:
         if self._window is not None:
             return self._window.finish()
         out: list[str] = []
+        self._marks.clear()
         self._flush_into(out, final=True)
         return "".join(out)
 
-    def feed_piece(self, ids: int | Sequence[int]) -> DetokenizedPiece:
+    def ids_after(self, chars: int) -> int:
+        """How many of the ids fed so far came after the one that completed the first ``chars`` characters of
+        the text the latest ``feed`` or ``finish`` returned: "completed" as the reference decode of the ids up
+        to that one shows those characters. 0 unless text was held past the id that completed it (a
+        ByteFallback run, the window fallback). Exact when ids are fed one at a time, as ``TextStream`` does;
+        on the byte-table path without byte-fallback runs the ids of one batch count as one.
+        """
+        if self._window is not None:
+            return self._window.ids_after(chars)
+        seen = 0
+        for n, owner in self._marks:
+            if chars <= seen + n:
+                at = owner if isinstance(owner, int) else owner[chars - seen - 1]
+                return self._fed - 1 - at
+            seen += n
+        return 0
+
+    def feed_piece(self, ids: int | Iterable[int]) -> DetokenizedPiece:
         """Like :meth:`feed`, and report which ids produced the text (all ids since the last non-empty piece)."""
         batch = (ids,) if isinstance(ids, int) else tuple(ids)
         text = self.feed(batch)
@@ -295,11 +329,13 @@ class Detokenizer:
     def _feed_slow(self, ids: Iterable[int]) -> str:
         out: list[str] = []
         kinds, pieces, n = self._kinds, self._pieces, self._n
+        self._marks.clear()
         for i in ids:
             if type(i) is not int and not isinstance(i, int):
                 raise TypeError(f"token ids must be int, not {type(i).__name__}")
             if not 0 <= i < n:
                 raise TokenizerError(f"token id {i} is outside the vocabulary (0..{n - 1})")
+            self._fed += 1
             kind = kinds[i]
             strip = self._bos and self._leading == "first_token"
             if strip:
@@ -322,7 +358,7 @@ class Detokenizer:
                 self._bos = False
             if self._policy == "byte_run":
                 if kind == _BYTE:
-                    self._run += data
+                    self._add_to_run(out, data)
                     continue
                 self._end_run(out)
                 self._emit(out, data.decode("utf-8", "replace"))
@@ -335,41 +371,84 @@ class Detokenizer:
                 self._bos = self._leading != "keep"
         return "".join(out)
 
-    def _emit(self, out: list[str], text: str) -> None:
+    def _emit(self, out: list[str], text: str, owners: list[int] | None = None) -> None:
+        """Append ``text``; ``owners`` (one per character) says which id completed each, else the newest."""
         if not text:
             return
+        cut = 0
         if self._bos and self._leading == "first_char":
             # HF's Strip decoder removes one space from the start of the whole fused output.
             if text[0] == " ":
-                text = text[1:]
+                cut = 1
             self._bos = False
         if self._skip_chars:
-            cut = min(self._skip_chars, len(text))
-            self._skip_chars -= cut
+            skip = min(self._skip_chars, len(text) - cut)
+            self._skip_chars -= skip
+            cut += skip
+        if cut:
             text = text[cut:]
+            owners = owners[cut:] if owners is not None else None
         if text:
             out.append(text)
+            if self._policy == "byte_run":
+                self._marks.append((len(text), self._fed - 1 if owners is None else owners))
+
+    def _add_to_run(self, out: list[str], data: bytes) -> None:
+        if self._run_bad:
+            # The run is invalid whatever follows: HF ByteFallback shows all of it as U+FFFDs, this byte too.
+            self._emit(out, "\ufffd" * len(data))
+            return
+        self._run += data
+        tail = self._run_tail + data
+        try:
+            _, used = _utf8_decode(tail, "strict", False)
+        except UnicodeDecodeError:
+            self._run_owner += [self._fed - 1] * len(data)
+            self._run_whole += [False] * len(data)
+            self._run_bad = True
+            self._end_run(out)
+            return
+        self._run_tail = tail[used:]
+        whole = [False] * len(data)
+        whole[-1] = not self._run_tail
+        self._run_owner += [self._fed - 1] * len(data)
+        self._run_whole += whole
 
     def _end_run(self, out: list[str], *, discard_tail: bool = False) -> None:
         if not self._run:
+            self._run_bad = False
             return
         run = bytes(self._run)
+        owner, whole = self._run_owner, self._run_whole
         self._run.clear()
-        if discard_tail:
+        self._run_owner, self._run_whole, self._run_tail = [], [], b""
+        if discard_tail and not self._run_bad:
             probe = _Utf8Decoder("replace")
             probe.decode(run)
             run = run[: len(run) - len(probe.getstate()[0])]
+        # Which id completed each character: the reference decode of a prefix shows a valid run's characters
+        # as its ids complete them, and an incomplete or invalid prefix as one U+FFFD per byte.
         try:
             text = run.decode("utf-8")
         except UnicodeDecodeError:
-            # HF ByteFallback: an invalid run becomes one U+FFFD per byte token, valid parts included.
+            # HF ByteFallback: an invalid run becomes one U+FFFD per byte token, valid parts included. The
+            # k-th U+FFFD shows from the first prefix at or after byte k that is not complete text.
             text = "\ufffd" * len(run)
-        self._emit(out, text)
+            owners = [0] * len(run)
+            at = len(run) - 1
+            for k in range(len(run) - 1, -1, -1):
+                if not whole[k]:
+                    at = k
+                owners[k] = owner[at]
+        else:
+            owners = [owner[k] for k in range(len(run)) if whole[k]]
+        self._emit(out, text, owners)
 
     def _flush_into(self, out: list[str], *, final: bool) -> None:
         discard = final and self._stranded == "discard"
         if self._policy == "byte_run":
             self._end_run(out, discard_tail=discard)
+            self._run_bad = False
         elif discard:
             self._pend = b""
         else:
@@ -377,65 +456,6 @@ class Detokenizer:
             self._emit(out, _utf8_decode(pend, self._errors, True)[0])
         if final:
             self._update_state()
-
-
-class _WindowDecoder:
-    """Fallback for decoders that are not byte-representable: re-decode a bounded window of ids.
-
-    Text is emitted once one further token has not changed it (cleanup rules such as `` 's`` → ``'s`` rewrite
-    only the text next to the newest token). When the window is full it is cut back to its newest ids, kept as
-    context, so its cost per token is bounded; exactness then rests on the decoder being local (the usual
-    assumption of window detokenizers), which the tests check on WordPiece and byte-level vocabularies.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, skip: bool) -> None:
-        self._tok = tokenizer
-        self._skip = skip
-        self._ids: list[int] = []
-        self._done = 0  # characters of decode(self._ids) already emitted (or belonging to the prompt)
-        self._vocab = tokenizer.vocab_size
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(ids, skip_special_tokens=self._skip)
-
-    def prime(self, prompt: Sequence[int]) -> None:
-        self._ids = list(prompt[-_WINDOW_KEEP:])
-        self._done = len(self._decode(self._ids))
-
-    def feed(self, ids: list[int]) -> str:
-        for i in ids:
-            if not isinstance(i, int) or not 0 <= i < self._vocab:
-                raise TokenizerError(f"token id {i!r} is outside the vocabulary (0..{self._vocab - 1})")
-        if not ids:
-            return ""
-        self._ids.extend(ids)
-        text = self._decode(self._ids)
-        # A trailing U+FFFD may be an unfinished character that a later token completes: hold it.
-        stable = self._decode(self._ids[:-1]).rstrip("\ufffd")
-        out = ""
-        if text.startswith(stable) and len(stable) > self._done:
-            out = stable[self._done :]
-            self._done = len(stable)
-        if len(self._ids) > _WINDOW_MAX:
-            self._reanchor(text)
-        return out
-
-    def _reanchor(self, text: str) -> None:
-        # Keep the newest ids as context: their decode must end with the text not yet emitted, and from then
-        # on the window's text beyond that point is taken to be what the whole stream's decode would add
-        # (decoders are local: a few ids of context fix spacing and cleanup, as in vLLM's prefix offset).
-        cut = len(self._ids) - _WINDOW_KEEP
-        pending = text[self._done :]
-        tail = self._decode(self._ids[cut:])
-        if tail.endswith(pending):
-            del self._ids[:cut]
-            self._done = len(tail) - len(pending)
-
-    def finish(self) -> str:
-        text = self._decode(self._ids)
-        out = text[self._done :]
-        self._done = len(text)
-        return out
 
 
 def decode_with_table(table: ByteTable, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
