@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import itertools
 import random
 from collections.abc import Sequence
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from conftest import ChunkTokenizer, cut_bytes
 from tiny_tokenizers import corpus_text
 from tokenrelay import Detokenizer, Tokenizer, TokenizerError
+from tokenrelay._detokenizer import _UTF8_BAD, _UTF8_STEP
 from tokenrelay._window import _SETTLE, _WINDOW_HARD, _WINDOW_MAX
 
 ALL = ("smollm2", "mistral-v1", "mistral-v3", "tekken", "hf-llama-style", "toy-bpe", "toy-wordpiece")
@@ -379,12 +381,53 @@ def byte_token(tok: Tokenizer, value: int) -> int:
     return int(tok.hf_tokenizer.token_to_id(f"<0x{value:02X}>"))  # type: ignore[attr-defined]
 
 
+_ENDINGS = [b""] + [
+    bytes(c) for n in (1, 2, 3) for c in itertools.product((0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF), repeat=n)
+]
+
+
 def run_is_invalid_whatever_follows(run: bytes) -> bool:
+    """Oracle: no continuation makes ``run`` valid UTF-8 (continuation bytes at each range's edges suffice)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
     try:
-        codecs.getincrementaldecoder("utf-8")("strict").decode(run, final=False)
+        decoder.decode(run, final=False)
     except UnicodeDecodeError:
         return True
-    return False
+    tail = decoder.getstate()[0]
+    return not any(_completes(tail + end) for end in _ENDINGS)
+
+
+def _completes(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_utf8_validator_table_knows_when_a_run_can_no_longer_be_valid() -> None:
+    """The table the byte-run path steps through, against the oracle: every 1- and 2-byte sequence, and 3- and
+    4-byte ones over the bytes where UTF-8's ranges change (Python's own decoder notices ED A0 only later)."""
+
+    def verdict(data: bytes) -> str:
+        state = 0
+        for byte in data:
+            state = _UTF8_STEP[state][byte]
+            if state == _UTF8_BAD:
+                return "invalid"
+        return "complete" if state == 0 else "partial"
+
+    def oracle(data: bytes) -> str:
+        if run_is_invalid_whatever_follows(data):
+            return "invalid"
+        return "complete" if _completes(data) else "partial"
+
+    edges = [0x00, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xEC, 0xED]
+    edges += [0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF]
+    cases = [bytes([a]) for a in range(256)] + [bytes([a, b]) for a in range(256) for b in range(256)]
+    cases += [bytes(c) for n in (3, 4) for c in itertools.product(edges, repeat=n)]
+    for data in cases:
+        assert verdict(data) == oracle(data), data
 
 
 def test_invalid_byte_run_is_shown_at_once(all_tokenizers: dict[str, Tokenizer]) -> None:

@@ -67,6 +67,40 @@ _Utf8Decoder = codecs.getincrementaldecoder("utf-8")
 _utf8_decode = codecs.utf_8_decode
 
 # What a token id does, for one value of skip_special_tokens.
+
+
+def _utf8_steps() -> tuple[bytes, ...]:
+    """A UTF-8 validator as a table: ``_UTF8_STEP[state][byte]`` is the next state. State 0: complete text so far;
+    1-3: that many continuation bytes due; 4-7: the same after E0, ED, F0, F4, whose first continuation byte has a
+    narrower range (no overlong forms, surrogates or code points past U+10FFFF). Invalid whatever follows:
+    ``_UTF8_BAD``. It agrees with Python's strict incremental decoder (tested)."""
+
+    def row(spans: dict[int, range]) -> bytes:
+        out = [_UTF8_BAD] * 256
+        for state, span in spans.items():
+            for byte in span:
+                out[byte] = state
+        return bytes(out)
+
+    lead = row({0: range(0x80), 1: range(0xC2, 0xE0), 2: range(0xE1, 0xF0), 3: range(0xF1, 0xF4)})
+    lead = lead[:0xE0] + bytes([4]) + lead[0xE1:0xED] + bytes([5]) + lead[0xEE:0xF0] + bytes([6])
+    lead += bytes([3, 3, 3, 7]) + bytes([_UTF8_BAD] * 11)
+    cont = range(0x80, 0xC0)
+    return (
+        lead,
+        row({0: cont}),
+        row({1: cont}),
+        row({2: cont}),
+        row({1: range(0xA0, 0xC0)}),
+        row({1: range(0x80, 0xA0)}),
+        row({2: range(0x90, 0xC0)}),
+        row({2: range(0x80, 0x90)}),
+    )
+
+
+_UTF8_BAD = 255
+_UTF8_STEP = _utf8_steps()
+
 _TEXT = 0  # an ordinary piece: may lose its leading space at the start of a segment
 _RAW = 1  # text that is never space-stripped (unknown surface, a special kept as text)
 _BYTE = 2  # a byte-fallback token
@@ -196,15 +230,12 @@ class Detokenizer:
         self._errors = _PER_BYTE_ERRORS if table.invalid_utf8 == "per_byte" else "replace"
         self._pend = b""  # bytes of an unfinished character
         self._run = bytearray()  # pending byte-fallback run ("byte_run" policy)
-        # Per byte of the run: the index (in ids fed) of the id it came from, and whether the run up to and
-        # including it is complete UTF-8 (so the reference decode of the ids up to it shows text, not U+FFFDs).
-        self._run_owner: list[int] = []
-        self._run_whole: list[bool] = []
-        self._run_tail = b""  # the run's unfinished character, to tell "incomplete" from "invalid" in O(1)
+        self._run_owner: list[int] = []  # per byte of the run: the index (in ids fed) of the id it came from
+        self._run_state = 0  # the run's state in _UTF8_STEP: 0 = complete text so far
         self._run_bad = False  # the run is invalid whatever follows: each byte is shown as U+FFFD at once
         self._fed = 0  # ids through the slow path (all of them under "byte_run"): the owner numbering
-        # (characters, owning id index or one per character) per piece of the latest call's text, "byte_run"
-        self._marks: list[tuple[int, int | list[int]]] = []
+        # Held text the latest call released ("byte_run"): (its start in that call's text, owner per character)
+        self._marks: list[tuple[int, list[int]]] = []
         self._bos = table.leading_space != "keep"
         self._skip_chars = 0
 
@@ -260,7 +291,8 @@ class Detokenizer:
         if self._window is not None:
             return self._window.finish()
         out: list[str] = []
-        self._marks.clear()
+        if self._marks:
+            self._marks.clear()
         self._flush_into(out, final=True)
         return "".join(out)
 
@@ -269,16 +301,13 @@ class Detokenizer:
         the text the latest ``feed`` or ``finish`` returned: "completed" as the reference decode of the ids up
         to that one shows those characters. 0 unless text was held past the id that completed it (a
         ByteFallback run, the window fallback). Exact when ids are fed one at a time, as ``TextStream`` does;
-        on the byte-table path without byte-fallback runs the ids of one batch count as one.
+        within a batch, text that was not held counts as completed by the batch's last id.
         """
         if self._window is not None:
             return self._window.ids_after(chars)
-        seen = 0
-        for n, owner in self._marks:
-            if chars <= seen + n:
-                at = owner if isinstance(owner, int) else owner[chars - seen - 1]
-                return self._fed - 1 - at
-            seen += n
+        for start, owners in self._marks:
+            if start < chars <= start + len(owners):
+                return self._fed - 1 - owners[chars - start - 1]
         return 0
 
     def feed_piece(self, ids: int | Iterable[int]) -> DetokenizedPiece:
@@ -329,120 +358,137 @@ class Detokenizer:
     def _feed_slow(self, ids: Iterable[int]) -> str:
         out: list[str] = []
         kinds, pieces, n = self._kinds, self._pieces, self._n
-        self._marks.clear()
-        for i in ids:
-            if type(i) is not int and not isinstance(i, int):
-                raise TypeError(f"token ids must be int, not {type(i).__name__}")
-            if not 0 <= i < n:
-                raise TokenizerError(f"token id {i} is outside the vocabulary (0..{n - 1})")
-            self._fed += 1
-            kind = kinds[i]
-            strip = self._bos and self._leading == "first_token"
-            if strip:
-                # llama.cpp's llama_detokenize strips one space from token 0, even one it renders as nothing.
-                self._bos = False
-            if kind == _SKIP:
-                continue
-            if kind in (_FLUSH, _SPECIAL):
-                if self._specials_flush:
-                    self._flush_into(out, final=False)
-                if kind == _FLUSH:
+        if self._marks:
+            self._marks.clear()
+        fed = self._fed - 1  # index of the id in hand, counting every id fed (owners of held bytes)
+        try:
+            for i in ids:
+                if type(i) is not int and not isinstance(i, int):
+                    raise TypeError(f"token ids must be int, not {type(i).__name__}")
+                if not 0 <= i < n:
+                    raise TokenizerError(f"token id {i} is outside the vocabulary (0..{n - 1})")
+                fed += 1
+                kind = kinds[i]
+                strip = self._bos and self._leading == "first_token"
+                if strip:
+                    # llama.cpp's llama_detokenize strips one space from token 0, even one it renders as nothing.
+                    self._bos = False
+                if kind == _SKIP:
                     continue
-            data = bytes(pieces[i])
-            if strip and data[:1] == b" ":
-                data = data[1:]
-            if self._bos and self._leading == "first_piece" and kind != _SPECIAL:
-                # SentencePiece drops the dummy-prefix space of the first ordinary piece of a segment only.
-                if kind == _TEXT and data.startswith(b" "):
+                if kind in (_FLUSH, _SPECIAL):
+                    if self._specials_flush:
+                        self._flush_into(out, final=False)
+                    if kind == _FLUSH:
+                        continue
+                data = bytes(pieces[i])
+                if strip and data[:1] == b" ":
                     data = data[1:]
-                self._bos = False
-            if self._policy == "byte_run":
-                if kind == _BYTE:
-                    self._add_to_run(out, data)
-                    continue
-                self._end_run(out)
-                self._emit(out, data.decode("utf-8", "replace"))
-            else:
-                data = self._pend + data
-                text, used = _utf8_decode(data, self._errors, False)
-                self._pend = data[used:]
-                self._emit(out, text)
-            if kind == _SPECIAL and self._restarts:
-                self._bos = self._leading != "keep"
+                if self._bos and self._leading == "first_piece" and kind != _SPECIAL:
+                    # SentencePiece drops the dummy-prefix space of the first ordinary piece of a segment only.
+                    if kind == _TEXT and data.startswith(b" "):
+                        data = data[1:]
+                    self._bos = False
+                if self._policy == "byte_run":
+                    if kind == _BYTE:
+                        if self._run_bad:
+                            # The run is invalid whatever follows: HF ByteFallback shows all of it as U+FFFDs.
+                            self._emit(out, "\ufffd" * len(data))
+                            continue
+                        self._run += data
+                        if len(data) == 1:
+                            self._run_owner.append(fed)
+                            state = _UTF8_STEP[self._run_state][data[0]]
+                        else:
+                            self._run_owner += [fed] * len(data)
+                            state = self._run_state
+                            for byte in data:
+                                state = _UTF8_STEP[state][byte]
+                        self._run_state = state
+                        if state == _UTF8_BAD:  # no continuation can make the run valid now
+                            self._run_bad = True
+                            self._end_run(out)
+                        continue
+                    if self._run or self._run_bad:
+                        self._end_run(out)
+                    self._emit(out, data.decode("utf-8", "replace"))
+                else:
+                    data = self._pend + data
+                    text, used = _utf8_decode(data, self._errors, False)
+                    self._pend = data[used:]
+                    self._emit(out, text)
+                if kind == _SPECIAL and self._restarts:
+                    self._bos = self._leading != "keep"
+        finally:
+            self._fed = fed + 1
         return "".join(out)
 
-    def _emit(self, out: list[str], text: str, owners: list[int] | None = None) -> None:
-        """Append ``text``; ``owners`` (one per character) says which id completed each, else the newest."""
+    def _emit(self, out: list[str], text: str) -> None:
         if not text:
             return
-        cut = 0
         if self._bos and self._leading == "first_char":
             # HF's Strip decoder removes one space from the start of the whole fused output.
             if text[0] == " ":
-                cut = 1
+                text = text[1:]
             self._bos = False
         if self._skip_chars:
-            skip = min(self._skip_chars, len(text) - cut)
-            self._skip_chars -= skip
-            cut += skip
-        if cut:
+            cut = min(self._skip_chars, len(text))
+            self._skip_chars -= cut
             text = text[cut:]
-            owners = owners[cut:] if owners is not None else None
         if text:
             out.append(text)
-            if self._policy == "byte_run":
-                self._marks.append((len(text), self._fed - 1 if owners is None else owners))
 
-    def _add_to_run(self, out: list[str], data: bytes) -> None:
-        if self._run_bad:
-            # The run is invalid whatever follows: HF ByteFallback shows all of it as U+FFFDs, this byte too.
-            self._emit(out, "\ufffd" * len(data))
-            return
-        self._run += data
-        tail = self._run_tail + data
-        try:
-            _, used = _utf8_decode(tail, "strict", False)
-        except UnicodeDecodeError:
-            self._run_owner += [self._fed - 1] * len(data)
-            self._run_whole += [False] * len(data)
-            self._run_bad = True
-            self._end_run(out)
-            return
-        self._run_tail = tail[used:]
-        whole = [False] * len(data)
-        whole[-1] = not self._run_tail
-        self._run_owner += [self._fed - 1] * len(data)
-        self._run_whole += whole
+    def _emit_owned(self, out: list[str], text: str, owners: list[int]) -> None:
+        """``_emit`` for held text: ``owners[k]`` is the index of the id that completed character ``k``."""
+        pieces = len(out)
+        self._emit(out, text)
+        if len(out) > pieces:
+            shown = out[-1]
+            start = sum(map(len, out[:-1]))
+            self._marks.append((start, owners[len(text) - len(shown) :]))
 
     def _end_run(self, out: list[str], *, discard_tail: bool = False) -> None:
         if not self._run:
             self._run_bad = False
             return
         run = bytes(self._run)
-        owner, whole = self._run_owner, self._run_whole
+        owner = self._run_owner
         self._run.clear()
-        self._run_owner, self._run_whole, self._run_tail = [], [], b""
+        self._run_owner, self._run_state = [], 0
         if discard_tail and not self._run_bad:
             probe = _Utf8Decoder("replace")
             probe.decode(run)
             run = run[: len(run) - len(probe.getstate()[0])]
-        # Which id completed each character: the reference decode of a prefix shows a valid run's characters
-        # as its ids complete them, and an incomplete or invalid prefix as one U+FFFD per byte.
+        # Which id completed each character, as the reference decode of the ids up to it shows it: a valid run's
+        # characters appear as their last bytes arrive, and an incomplete or invalid prefix of a run shows as
+        # one U+FFFD per byte.
         try:
             text = run.decode("utf-8")
         except UnicodeDecodeError:
-            # HF ByteFallback: an invalid run becomes one U+FFFD per byte token, valid parts included. The
-            # k-th U+FFFD shows from the first prefix at or after byte k that is not complete text.
+            # HF ByteFallback: an invalid run becomes one U+FFFD per byte token, valid parts included. The k-th
+            # U+FFFD shows from the first prefix, at or after byte k, that is not complete text.
             text = "\ufffd" * len(run)
             owners = [0] * len(run)
+            probe = _Utf8Decoder("strict")
+            whole = []
+            for k in range(len(run)):
+                try:
+                    probe.decode(run[k : k + 1])
+                except UnicodeDecodeError:
+                    whole += [False] * (len(run) - k)
+                    break
+                whole.append(not probe.getstate()[0])
             at = len(run) - 1
             for k in range(len(run) - 1, -1, -1):
                 if not whole[k]:
                     at = k
                 owners[k] = owner[at]
         else:
-            owners = [owner[k] for k in range(len(run)) if whole[k]]
-        self._emit(out, text, owners)
+            owners = []
+            end = 0
+            for char in text:
+                end += len(char.encode())
+                owners.append(owner[end - 1])
+        self._emit_owned(out, text, owners)
 
     def _flush_into(self, out: list[str], *, final: bool) -> None:
         discard = final and self._stranded == "discard"
