@@ -548,3 +548,42 @@ def test_window_keeps_a_long_valid_byte_run_whole(all_tokenizers: dict[str, Toke
     detok = Detokenizer(tok)  # type: ignore[arg-type]
     assert len(run) < _WINDOW_HARD
     assert "".join(detok.feed(i) for i in ids) + detok.finish() == inner.decode(ids)
+
+
+class MirrorTokenizer:
+    """A decoder that is not local at all: the text comes out reversed, so every token rewrites its start."""
+
+    name = "mirror"
+    vocab_size = 26
+    eos_token_ids: frozenset[int] = frozenset()
+
+    def __init__(self) -> None:
+        self.decoded_ids = 0
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) - ord("a") for c in text]
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        self.decoded_ids += len(ids)
+        return "".join(chr(ord("a") + i) for i in ids)[::-1]
+
+    def byte_table(self) -> None:
+        return None
+
+
+def test_window_cost_stays_bounded_even_for_a_decoder_that_is_not_local() -> None:
+    """No cut keeps the pending text of a mirrored decode: past _WINDOW_HARD ids the window is cut anyway
+    (rule 4), so the work per token stays bounded, and every id's text still comes out exactly once."""
+    tok = MirrorTokenizer()
+    ids = [i % 26 for i in range(3 * _WINDOW_HARD)]
+    detok = Detokenizer(tok)  # type: ignore[arg-type]
+    out, worst, longest = [], 0, 0
+    for i in ids:
+        before = tok.decoded_ids
+        out.append(detok.feed(i))
+        worst = max(worst, tok.decoded_ids - before)
+        longest = max(longest, len(detok._window._ids))  # type: ignore[union-attr]
+    text = "".join(out) + detok.finish()
+    assert longest <= _WINDOW_HARD + 1
+    assert worst <= 8 * _WINDOW_HARD
+    assert len(text) == len(ids)  # nothing lost or repeated, though not in the reference's order
