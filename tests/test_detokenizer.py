@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+import itertools
 import random
 from collections.abc import Sequence
 
@@ -12,7 +14,8 @@ from hypothesis import strategies as st
 from conftest import ChunkTokenizer, cut_bytes
 from tiny_tokenizers import corpus_text
 from tokenrelay import Detokenizer, Tokenizer, TokenizerError
-from tokenrelay._detokenizer import _WINDOW_MAX
+from tokenrelay._detokenizer import _UTF8_BAD, _UTF8_STEP
+from tokenrelay._window import _SETTLE, _WINDOW_HARD, _WINDOW_MAX
 
 ALL = ("smollm2", "mistral-v1", "mistral-v3", "tekken", "hf-llama-style", "toy-bpe", "toy-wordpiece")
 BYTE_TABLE = ALL[:-1]
@@ -344,3 +347,243 @@ def test_byte_table_state_is_bounded_over_long_streams(builtin: dict[str, Tokeni
         detok.feed(i)
         assert detok.held_bytes <= 3
     assert not hasattr(detok, "_ids")  # no growing list of ids on the byte-table path
+
+
+# -- any iterable of ids ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_feed_takes_any_iterable_of_ids(name: str, all_tokenizers: dict[str, Tokenizer]) -> None:
+    """An iterator is read once: a batch the fast path hands to the slow path (a special, a byte run) keeps
+    all its ids."""
+    tok = all_tokenizers[name]
+    pool = special_and_byte_ids(tok)
+    rng = random.Random(23)
+    text_ids = tok.encode("Tea? 🦙 आपका चाय ☕ ready")
+    for _ in range(20):
+        ids = list(text_ids)
+        for _ in range(4):
+            ids.insert(
+                rng.randrange(len(ids) + 1), rng.choice(pool) if pool else rng.randrange(tok.vocab_size)
+            )
+        steps = random_steps(ids, rng, 6)
+        for wrap in (iter, tuple, lambda s: (i for i in s), lambda s: map(int, s)):
+            detok = Detokenizer(tok)
+            got = detok.feed(text_ids[:2])  # leave the first-token rules behind: the fast path is live
+            got += "".join(detok.feed(wrap(s)) for s in steps) + detok.finish()
+            assert got == tok.decode(text_ids[:2] + ids), (wrap, steps)
+
+
+# -- HF ByteFallback: a run that is already invalid streams at once ----------------------------------------------
+
+
+def byte_token(tok: Tokenizer, value: int) -> int:
+    return int(tok.hf_tokenizer.token_to_id(f"<0x{value:02X}>"))  # type: ignore[attr-defined]
+
+
+_ENDINGS = [b""] + [
+    bytes(c) for n in (1, 2, 3) for c in itertools.product((0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF), repeat=n)
+]
+
+
+def run_is_invalid_whatever_follows(run: bytes) -> bool:
+    """Oracle: no continuation makes ``run`` valid UTF-8 (continuation bytes at each range's edges suffice)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    try:
+        decoder.decode(run, final=False)
+    except UnicodeDecodeError:
+        return True
+    tail = decoder.getstate()[0]
+    return not any(_completes(tail + end) for end in _ENDINGS)
+
+
+def _completes(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_utf8_validator_table_knows_when_a_run_can_no_longer_be_valid() -> None:
+    """The table the byte-run path steps through, against the oracle: every 1- and 2-byte sequence, and 3- and
+    4-byte ones over the bytes where UTF-8's ranges change (Python's own decoder notices ED A0 only later)."""
+
+    def verdict(data: bytes) -> str:
+        state = 0
+        for byte in data:
+            state = _UTF8_STEP[state][byte]
+            if state == _UTF8_BAD:
+                return "invalid"
+        return "complete" if state == 0 else "partial"
+
+    def oracle(data: bytes) -> str:
+        if run_is_invalid_whatever_follows(data):
+            return "invalid"
+        return "complete" if _completes(data) else "partial"
+
+    edges = [0x00, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xEC, 0xED]
+    edges += [0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF]
+    cases = [bytes([a]) for a in range(256)] + [bytes([a, b]) for a in range(256) for b in range(256)]
+    cases += [bytes(c) for n in (3, 4) for c in itertools.product(edges, repeat=n)]
+    for data in cases:
+        assert verdict(data) == oracle(data), data
+
+
+def test_invalid_byte_run_is_shown_at_once(all_tokenizers: dict[str, Tokenizer]) -> None:
+    tok = all_tokenizers["hf-llama-style"]
+    tea = tok.encode("tea")
+    # ☕ then a stray lead byte: valid until the end, so held (see the test above); ☕'s first two bytes then
+    # "A" as a byte token: invalid at the third byte, whatever follows.
+    ids = [*tea, *(byte_token(tok, b) for b in (0xE2, 0x98, 0x41, 0x80, 0xE2, 0x98)), *tea]
+    detok = Detokenizer(tok)
+    got = [detok.feed(i) for i in ids]
+    n = len(tea)
+    assert got[n : n + 6] == ["", "", "\ufffd" * 3, "\ufffd", "\ufffd", "\ufffd"]
+    assert "".join(got) + detok.finish() == tok.decode(ids)
+
+
+def test_property_byte_runs_against_the_real_hf_decode(all_tokenizers: dict[str, Tokenizer]) -> None:
+    """After every id: what is shown is the HF decode of the ids so far minus a held run that is still valid;
+    a run that is invalid whatever follows is not held at all; no continuation contradicts what was shown."""
+    tok = all_tokenizers["hf-llama-style"]
+    words = [tok.encode(w) for w in ("tea", " 很", "!")]
+    byte_values = [
+        0x41,
+        0x80,
+        0xBF,
+        0xC3,
+        0xA9,
+        0xE2,
+        0x98,
+        0x95,
+        0xE5,
+        0xBE,
+        0x88,
+        0xF0,
+        0x9F,
+        0xA6,
+        0x99,
+        0xFF,
+    ]
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        st.lists(st.one_of(st.sampled_from(byte_values), st.sampled_from(range(len(words)))), max_size=14),
+        st.lists(st.sampled_from(byte_values), max_size=3),
+    )
+    def check(items: list[int], cont_bytes: list[int]) -> None:
+        ids: list[int] = []
+        for item in items:
+            ids += words[item] if item < len(words) else [byte_token(tok, item)]
+        detok = Detokenizer(tok)
+        shown = ""
+        run = b""
+        table = tok.byte_table()
+        assert table is not None
+        for k, i in enumerate(ids, 1):
+            shown += detok.feed(i)
+            run = run + table.pieces[i] if i in table.byte_tokens else b""
+            ref = tok.decode(ids[:k])
+            if run_is_invalid_whatever_follows(run) or not run:
+                assert detok.held_bytes == 0 and shown == ref, (ids[:k], run)
+            else:
+                assert shown + "\ufffd" * len(run) == ref or shown + run.decode() == ref
+            cont = [byte_token(tok, b) for b in cont_bytes]
+            assert tok.decode(ids[:k] + cont).startswith(shown)
+        assert shown + detok.finish() == tok.decode(ids)
+
+    check()
+
+
+# -- window fallback: invalid bytes stream, and the work per token stays bounded ---------------------------------
+
+
+def invalid_byte_id(name: str, tok: Tokenizer) -> int:
+    if name == "hf-llama-style":
+        return byte_token(tok, 0x80)
+    table = tok.byte_table()
+    assert table is not None
+    return next(i for i, p in enumerate(table.pieces) if bytes(p) == b"\x80")  # a lone continuation byte
+
+
+@pytest.mark.parametrize("name", ["smollm2", "hf-llama-style"])
+def test_window_streams_a_run_of_invalid_bytes_at_bounded_cost(
+    name: str, all_tokenizers: dict[str, Tokenizer]
+) -> None:
+    """Forced onto the window: 1,500 stray bytes stream a few tokens behind (not at finish), and each step
+    decodes a bounded number of ids (before: the window grew with the run, so each step cost O(run))."""
+    inner = all_tokenizers[name]
+    tok = CountingTokenizer(inner)
+    bad = invalid_byte_id(name, inner)
+    words = inner.encode("Tea for two 🦙 is ready.")
+    ids = [*words, *[bad] * 1500, *words, *[bad] * 300, *words]
+    want = inner.decode(ids)
+    detok = Detokenizer(tok)  # type: ignore[arg-type]
+    shown = ""
+    worst = 0
+    lag = 0
+    for k, i in enumerate(ids, 1):
+        before = tok.decoded_ids
+        shown += detok.feed(i)
+        worst = max(worst, tok.decoded_ids - before)
+        assert want.startswith(shown)
+        if ids[k - 1] == bad:
+            # Inside a run: everything but the newest few U+FFFDs is already out.
+            lag = max(lag, len(inner.decode(ids[:k])) - len(shown))
+    assert shown + detok.finish() == want
+    assert lag <= _SETTLE + 2
+    assert worst <= 8 * _WINDOW_MAX
+    assert len(detok._window._ids) <= _WINDOW_MAX + 1  # type: ignore[union-attr]
+
+
+def test_window_keeps_a_long_valid_byte_run_whole(all_tokenizers: dict[str, Tokenizer]) -> None:
+    """A valid ByteFallback run cannot be shown before it ends (a later byte could spoil it all), so the window
+    keeps its ids past the usual cut, and the result is still exact."""
+    inner = all_tokenizers["hf-llama-style"]
+    run = [byte_token(inner, b) for b in "很感谢你们的茶".encode() * 12]  # 252 byte tokens, all valid
+    words = inner.encode("Tea is ready.")
+    ids = [*words, *run, *words]
+    tok = CountingTokenizer(inner)
+    detok = Detokenizer(tok)  # type: ignore[arg-type]
+    assert len(run) < _WINDOW_HARD
+    assert "".join(detok.feed(i) for i in ids) + detok.finish() == inner.decode(ids)
+
+
+class MirrorTokenizer:
+    """A decoder that is not local at all: the text comes out reversed, so every token rewrites its start."""
+
+    name = "mirror"
+    vocab_size = 26
+    eos_token_ids: frozenset[int] = frozenset()
+
+    def __init__(self) -> None:
+        self.decoded_ids = 0
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) - ord("a") for c in text]
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        self.decoded_ids += len(ids)
+        return "".join(chr(ord("a") + i) for i in ids)[::-1]
+
+    def byte_table(self) -> None:
+        return None
+
+
+def test_window_cost_stays_bounded_even_for_a_decoder_that_is_not_local() -> None:
+    """No cut keeps the pending text of a mirrored decode: past _WINDOW_HARD ids the window is cut anyway
+    (rule 4), so the work per token stays bounded, and every id's text still comes out exactly once."""
+    tok = MirrorTokenizer()
+    ids = [i % 26 for i in range(3 * _WINDOW_HARD)]
+    detok = Detokenizer(tok)  # type: ignore[arg-type]
+    out, worst, longest = [], 0, 0
+    for i in ids:
+        before = tok.decoded_ids
+        out.append(detok.feed(i))
+        worst = max(worst, tok.decoded_ids - before)
+        longest = max(longest, len(detok._window._ids))  # type: ignore[union-attr]
+    text = "".join(out) + detok.finish()
+    assert longest <= _WINDOW_HARD + 1
+    assert worst <= 8 * _WINDOW_HARD
+    assert len(text) == len(ids)  # nothing lost or repeated, though not in the reference's order

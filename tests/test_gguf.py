@@ -6,11 +6,13 @@ import contextlib
 import random
 import struct
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokenrelay import TokenizerError, load_tokenizer
 from tokenrelay._gguf import GGUFFormatError, read_gguf_metadata
 from tokenrelay.tokenizers import smollm2_gguf_path
 
@@ -101,3 +103,57 @@ def test_fuzz_any_bytes_parse_or_raise_format_error(data: bytes) -> None:
     for blob in (data, b"GGUF" + struct.pack("<I", 3) + data):
         with contextlib.suppress(GGUFFormatError):
             read_gguf_metadata(blob)
+
+
+# -- a file that is not a GGUF model is refused after reading its header (one buffer: 4 KiB) ----------------------
+
+
+def bytes_read_by_this_process() -> int:
+    # Linux's per-process I/O accounting: rchar counts every byte returned by read() calls.
+    for line in open("/proc/self/io").read().splitlines():  # noqa: SIM115 (tiny, read at once)
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def sparse_file(path: Path, head: bytes, size: int) -> Path:
+    with path.open("wb") as f:
+        f.write(head)
+        f.truncate(size)  # a hole: no disk used, but reading it whole would return `size` bytes
+    return path
+
+
+def gguf_header(kv_count: int) -> bytes:
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, kv_count)
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+@pytest.mark.parametrize(
+    ("head", "error", "most"),
+    [
+        (b"PK\x03\x04 not a model at all", "not a GGUF file", 1 << 16),
+        (b"GGUF" + struct.pack("<IQQ", 99, 0, 1), "unsupported GGUF version 99", 1 << 16),
+        # A GGUF header whose first key claims a length of 1 TB: past the end of the file, refused at once.
+        (gguf_header(1) + struct.pack("<Q", 1 << 40), "past the end of the file", 9 << 20),
+        # A header, one key, then zeros: they would parse as endless empty keys; the second one is refused.
+        (
+            gguf_header(1 << 40) + struct.pack("<Q", 1) + b"k" + struct.pack("<IB", 0, 7),
+            "duplicate key",
+            9 << 20,
+        ),
+    ],
+    ids=["zip", "version", "huge-length", "zeros"],
+)
+def test_non_gguf_file_is_refused_without_reading_it_whole(
+    tmp_path: Path, head: bytes, error: str, most: int
+) -> None:
+    size = 200 << 20
+    path = sparse_file(tmp_path / "model.gguf", head, size)
+    with pytest.raises(TokenizerError):  # warm up: imports read files too, and must not count
+        load_tokenizer(sparse_file(tmp_path / "empty.gguf", b"", 0))
+    before = bytes_read_by_this_process()
+    with pytest.raises(TokenizerError, match=error):
+        load_tokenizer(path)
+    read = bytes_read_by_this_process() - before
+    # Before: every one of these read the file in growing chunks to its end (8 + 32 + 128 + 200 MB).
+    assert read <= most, f"read {read} bytes of a {size}-byte file to refuse it"

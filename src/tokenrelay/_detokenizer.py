@@ -10,15 +10,21 @@ streaming decoders, and this module is built around them:
   first piece: "The chai" decodes as ``The`` + `` ch`` + ``ai``). The byte table records those first-token rules.
 * Some decoders are not monotonic: HF ``ByteFallback`` turns a *whole* run of byte tokens into U+FFFDs if any of
   it is invalid (vllm#17448), so text shown early could be contradicted later. We hold such a run back until it
-  ends instead of emitting and regretting.
+  ends instead of emitting and regretting; once the run is invalid whatever follows, every byte of it is a
+  U+FFFD for good, and it streams at once.
 
 Two paths, chosen automatically:
 
 * **Byte table** (fast path): ``tokenizer.byte_table()`` gives each token's bytes plus the family's rules; the
   table was verified against the reference decode when the tokenizer was loaded. In the steady state a token
   whose bytes are a complete UTF-8 string costs one list lookup.
-* **Window** (fallback): for decoders that are not byte-representable (WordPiece, cleanup rules), a bounded
-  window of ids is re-decoded each step and only text that one further token can no longer change is emitted.
+* **Window** (fallback, ``_window.py``): for decoders that are not byte-representable (WordPiece, cleanup
+  rules), a bounded window of ids is re-decoded each step and only text that further tokens did not change is
+  emitted.
+
+Which id completed a piece of text (``ids_after``): the text a call returns may have been final before the
+newest id arrived (a ByteFallback run is shown when it ends, the window one token late). ``TextStream`` asks, so
+that a stop string is charged to the id that completed it, not to the ids that revealed it.
 
 Contract: for any ids and any way of cutting them into ``feed`` calls, ``"".join(feeds) + finish()`` equals
 ``tokenizer.decode(all_ids)``; with ``prompt_ids`` it equals ``decode(prompt + ids)[len(decode(prompt)):]``.
@@ -35,6 +41,7 @@ from typing import Literal
 
 from ._errors import TokenizerError
 from ._protocols import ByteTable, Tokenizer
+from ._window import WindowDecoder
 
 __all__ = ["DetokenizedPiece", "Detokenizer", "StrandedBytes", "decode_with_table"]
 
@@ -60,15 +67,46 @@ _Utf8Decoder = codecs.getincrementaldecoder("utf-8")
 _utf8_decode = codecs.utf_8_decode
 
 # What a token id does, for one value of skip_special_tokens.
+
+
+def _utf8_steps() -> tuple[bytes, ...]:
+    """A UTF-8 validator as a table: ``_UTF8_STEP[state][byte]`` is the next state. State 0: complete text so far;
+    1-3: that many continuation bytes due; 4-7: the same after E0, ED, F0, F4, whose first continuation byte has a
+    narrower range (no overlong forms, surrogates or code points past U+10FFFF). Invalid whatever follows:
+    ``_UTF8_BAD``. It agrees with Python's strict incremental decoder (tested)."""
+
+    def row(spans: dict[int, range]) -> bytes:
+        out = [_UTF8_BAD] * 256
+        for state, span in spans.items():
+            for byte in span:
+                out[byte] = state
+        return bytes(out)
+
+    lead = row({0: range(0x80), 1: range(0xC2, 0xE0), 2: range(0xE1, 0xF0), 3: range(0xF1, 0xF4)})
+    lead = lead[:0xE0] + bytes([4]) + lead[0xE1:0xED] + bytes([5]) + lead[0xEE:0xF0] + bytes([6])
+    lead += bytes([3, 3, 3, 7]) + bytes([_UTF8_BAD] * 11)
+    cont = range(0x80, 0xC0)
+    return (
+        lead,
+        row({0: cont}),
+        row({1: cont}),
+        row({2: cont}),
+        row({1: range(0xA0, 0xC0)}),
+        row({1: range(0x80, 0xA0)}),
+        row({2: range(0x90, 0xC0)}),
+        row({2: range(0x80, 0x90)}),
+    )
+
+
+_UTF8_BAD = 255
+_UTF8_STEP = _utf8_steps()
+
 _TEXT = 0  # an ordinary piece: may lose its leading space at the start of a segment
 _RAW = 1  # text that is never space-stripped (unknown surface, a special kept as text)
 _BYTE = 2  # a byte-fallback token
 _SKIP = 3  # dropped, invisible to everything around it
 _FLUSH = 4  # dropped, but ends pending bytes (the family decodes the text between specials separately)
 _SPECIAL = 5  # kept special: ends pending bytes, then its text, then maybe a new segment
-
-_WINDOW_KEEP = 16  # ids kept when the fallback window is re-anchored
-_WINDOW_MAX = 64  # the window is re-anchored once it holds this many ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +195,7 @@ class Detokenizer:
         self._finished = False
         self._unattributed: list[int] = []
         table = tokenizer.byte_table()
-        self._window = None if table is not None else _WindowDecoder(tokenizer, skip_special_tokens)
+        self._window = None if table is not None else WindowDecoder(tokenizer, skip_special_tokens)
         self.uses_byte_table = table is not None
         if table is None:
             table = ByteTable(pieces=())
@@ -192,13 +230,19 @@ class Detokenizer:
         self._errors = _PER_BYTE_ERRORS if table.invalid_utf8 == "per_byte" else "replace"
         self._pend = b""  # bytes of an unfinished character
         self._run = bytearray()  # pending byte-fallback run ("byte_run" policy)
+        self._run_owner: list[int] = []  # per byte of the run: the index (in ids fed) of the id it came from
+        self._run_state = 0  # the run's state in _UTF8_STEP: 0 = complete text so far
+        self._run_bad = False  # the run is invalid whatever follows: each byte is shown as U+FFFD at once
+        self._fed = 0  # ids through the slow path (all of them under "byte_run"): the owner numbering
+        # Held text the latest call released ("byte_run"): (its start in that call's text, owner per character)
+        self._marks: list[tuple[int, list[int]]] = []
         self._bos = table.leading_space != "keep"
         self._skip_chars = 0
 
     # -- the public API ----------------------------------------------------------------------------------
 
-    def feed(self, ids: int | Sequence[int]) -> str:
-        """Take one token id or a sequence of them; return the text that is now final (maybe "")."""
+    def feed(self, ids: int | Iterable[int]) -> str:
+        """Take one token id or an iterable of them; return the text that is now final (maybe "")."""
         # Hot path. _plain: only the incremental UTF-8 decoder is in play (no first-token rule, prompt to skip
         # or byte-fallback run), so a token's bytes go straight into it; with nothing pending, a token whose
         # bytes are complete UTF-8 is its own text.
@@ -221,10 +265,13 @@ class Detokenizer:
                         self._pend = data[used:]
                         return text
             return self._feed_any(ids)
+        if type(ids) is not list and type(ids) is not tuple:
+            # An iterator must be read once: the fallback below would find it consumed. (An int returned above.)
+            ids = list(ids)  # type: ignore[arg-type]
         if self._plain:
             try:
                 # A dict, not the list: a negative or unknown id must raise, not index from the end.
-                data = b"".join(map(self._plain_get, ids))  # type: ignore[arg-type]
+                data = b"".join(map(self._plain_get, ids))
             except (KeyError, TypeError):
                 pass
             else:
@@ -244,10 +291,26 @@ class Detokenizer:
         if self._window is not None:
             return self._window.finish()
         out: list[str] = []
+        if self._marks:
+            self._marks.clear()
         self._flush_into(out, final=True)
         return "".join(out)
 
-    def feed_piece(self, ids: int | Sequence[int]) -> DetokenizedPiece:
+    def ids_after(self, chars: int) -> int:
+        """How many of the ids fed so far came after the one that completed the first ``chars`` characters of
+        the text the latest ``feed`` or ``finish`` returned: "completed" as the reference decode of the ids up
+        to that one shows those characters. 0 unless text was held past the id that completed it (a
+        ByteFallback run, the window fallback). Exact when ids are fed one at a time, as ``TextStream`` does;
+        within a batch, text that was not held counts as completed by the batch's last id.
+        """
+        if self._window is not None:
+            return self._window.ids_after(chars)
+        for start, owners in self._marks:
+            if start < chars <= start + len(owners):
+                return self._fed - 1 - owners[chars - start - 1]
+        return 0
+
+    def feed_piece(self, ids: int | Iterable[int]) -> DetokenizedPiece:
         """Like :meth:`feed`, and report which ids produced the text (all ids since the last non-empty piece)."""
         batch = (ids,) if isinstance(ids, int) else tuple(ids)
         text = self.feed(batch)
@@ -295,44 +358,68 @@ class Detokenizer:
     def _feed_slow(self, ids: Iterable[int]) -> str:
         out: list[str] = []
         kinds, pieces, n = self._kinds, self._pieces, self._n
-        for i in ids:
-            if type(i) is not int and not isinstance(i, int):
-                raise TypeError(f"token ids must be int, not {type(i).__name__}")
-            if not 0 <= i < n:
-                raise TokenizerError(f"token id {i} is outside the vocabulary (0..{n - 1})")
-            kind = kinds[i]
-            strip = self._bos and self._leading == "first_token"
-            if strip:
-                # llama.cpp's llama_detokenize strips one space from token 0, even one it renders as nothing.
-                self._bos = False
-            if kind == _SKIP:
-                continue
-            if kind in (_FLUSH, _SPECIAL):
-                if self._specials_flush:
-                    self._flush_into(out, final=False)
-                if kind == _FLUSH:
+        if self._marks:
+            self._marks.clear()
+        fed = self._fed - 1  # index of the id in hand, counting every id fed (owners of held bytes)
+        try:
+            for i in ids:
+                if type(i) is not int and not isinstance(i, int):
+                    raise TypeError(f"token ids must be int, not {type(i).__name__}")
+                if not 0 <= i < n:
+                    raise TokenizerError(f"token id {i} is outside the vocabulary (0..{n - 1})")
+                fed += 1
+                kind = kinds[i]
+                strip = self._bos and self._leading == "first_token"
+                if strip:
+                    # llama.cpp's llama_detokenize strips one space from token 0, even one it renders as nothing.
+                    self._bos = False
+                if kind == _SKIP:
                     continue
-            data = bytes(pieces[i])
-            if strip and data[:1] == b" ":
-                data = data[1:]
-            if self._bos and self._leading == "first_piece" and kind != _SPECIAL:
-                # SentencePiece drops the dummy-prefix space of the first ordinary piece of a segment only.
-                if kind == _TEXT and data.startswith(b" "):
+                if kind in (_FLUSH, _SPECIAL):
+                    if self._specials_flush:
+                        self._flush_into(out, final=False)
+                    if kind == _FLUSH:
+                        continue
+                data = bytes(pieces[i])
+                if strip and data[:1] == b" ":
                     data = data[1:]
-                self._bos = False
-            if self._policy == "byte_run":
-                if kind == _BYTE:
-                    self._run += data
-                    continue
-                self._end_run(out)
-                self._emit(out, data.decode("utf-8", "replace"))
-            else:
-                data = self._pend + data
-                text, used = _utf8_decode(data, self._errors, False)
-                self._pend = data[used:]
-                self._emit(out, text)
-            if kind == _SPECIAL and self._restarts:
-                self._bos = self._leading != "keep"
+                if self._bos and self._leading == "first_piece" and kind != _SPECIAL:
+                    # SentencePiece drops the dummy-prefix space of the first ordinary piece of a segment only.
+                    if kind == _TEXT and data.startswith(b" "):
+                        data = data[1:]
+                    self._bos = False
+                if self._policy == "byte_run":
+                    if kind == _BYTE:
+                        if self._run_bad:
+                            # The run is invalid whatever follows: HF ByteFallback shows all of it as U+FFFDs.
+                            self._emit(out, "\ufffd" * len(data))
+                            continue
+                        self._run += data
+                        if len(data) == 1:
+                            self._run_owner.append(fed)
+                            state = _UTF8_STEP[self._run_state][data[0]]
+                        else:
+                            self._run_owner += [fed] * len(data)
+                            state = self._run_state
+                            for byte in data:
+                                state = _UTF8_STEP[state][byte]
+                        self._run_state = state
+                        if state == _UTF8_BAD:  # no continuation can make the run valid now
+                            self._run_bad = True
+                            self._end_run(out)
+                        continue
+                    if self._run or self._run_bad:
+                        self._end_run(out)
+                    self._emit(out, data.decode("utf-8", "replace"))
+                else:
+                    data = self._pend + data
+                    text, used = _utf8_decode(data, self._errors, False)
+                    self._pend = data[used:]
+                    self._emit(out, text)
+                if kind == _SPECIAL and self._restarts:
+                    self._bos = self._leading != "keep"
+        finally:
+            self._fed = fed + 1
         return "".join(out)
 
     def _emit(self, out: list[str], text: str) -> None:
@@ -350,26 +437,64 @@ class Detokenizer:
         if text:
             out.append(text)
 
+    def _emit_owned(self, out: list[str], text: str, owners: list[int]) -> None:
+        """``_emit`` for held text: ``owners[k]`` is the index of the id that completed character ``k``."""
+        pieces = len(out)
+        self._emit(out, text)
+        if len(out) > pieces:
+            shown = out[-1]
+            start = sum(map(len, out[:-1]))
+            self._marks.append((start, owners[len(text) - len(shown) :]))
+
     def _end_run(self, out: list[str], *, discard_tail: bool = False) -> None:
         if not self._run:
+            self._run_bad = False
             return
         run = bytes(self._run)
+        owner = self._run_owner
         self._run.clear()
-        if discard_tail:
+        self._run_owner, self._run_state = [], 0
+        if discard_tail and not self._run_bad:
             probe = _Utf8Decoder("replace")
             probe.decode(run)
             run = run[: len(run) - len(probe.getstate()[0])]
+        # Which id completed each character, as the reference decode of the ids up to it shows it: a valid run's
+        # characters appear as their last bytes arrive, and an incomplete or invalid prefix of a run shows as
+        # one U+FFFD per byte.
         try:
             text = run.decode("utf-8")
         except UnicodeDecodeError:
-            # HF ByteFallback: an invalid run becomes one U+FFFD per byte token, valid parts included.
+            # HF ByteFallback: an invalid run becomes one U+FFFD per byte token, valid parts included. The k-th
+            # U+FFFD shows from the first prefix, at or after byte k, that is not complete text.
             text = "\ufffd" * len(run)
-        self._emit(out, text)
+            owners = [0] * len(run)
+            probe = _Utf8Decoder("strict")
+            whole = []
+            for k in range(len(run)):
+                try:
+                    probe.decode(run[k : k + 1])
+                except UnicodeDecodeError:
+                    whole += [False] * (len(run) - k)
+                    break
+                whole.append(not probe.getstate()[0])
+            at = len(run) - 1
+            for k in range(len(run) - 1, -1, -1):
+                if not whole[k]:
+                    at = k
+                owners[k] = owner[at]
+        else:
+            owners = []
+            end = 0
+            for char in text:
+                end += len(char.encode())
+                owners.append(owner[end - 1])
+        self._emit_owned(out, text, owners)
 
     def _flush_into(self, out: list[str], *, final: bool) -> None:
         discard = final and self._stranded == "discard"
         if self._policy == "byte_run":
             self._end_run(out, discard_tail=discard)
+            self._run_bad = False
         elif discard:
             self._pend = b""
         else:
@@ -377,65 +502,6 @@ class Detokenizer:
             self._emit(out, _utf8_decode(pend, self._errors, True)[0])
         if final:
             self._update_state()
-
-
-class _WindowDecoder:
-    """Fallback for decoders that are not byte-representable: re-decode a bounded window of ids.
-
-    Text is emitted once one further token has not changed it (cleanup rules such as `` 's`` → ``'s`` rewrite
-    only the text next to the newest token). When the window is full it is cut back to its newest ids, kept as
-    context, so its cost per token is bounded; exactness then rests on the decoder being local (the usual
-    assumption of window detokenizers), which the tests check on WordPiece and byte-level vocabularies.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, skip: bool) -> None:
-        self._tok = tokenizer
-        self._skip = skip
-        self._ids: list[int] = []
-        self._done = 0  # characters of decode(self._ids) already emitted (or belonging to the prompt)
-        self._vocab = tokenizer.vocab_size
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(ids, skip_special_tokens=self._skip)
-
-    def prime(self, prompt: Sequence[int]) -> None:
-        self._ids = list(prompt[-_WINDOW_KEEP:])
-        self._done = len(self._decode(self._ids))
-
-    def feed(self, ids: list[int]) -> str:
-        for i in ids:
-            if not isinstance(i, int) or not 0 <= i < self._vocab:
-                raise TokenizerError(f"token id {i!r} is outside the vocabulary (0..{self._vocab - 1})")
-        if not ids:
-            return ""
-        self._ids.extend(ids)
-        text = self._decode(self._ids)
-        # A trailing U+FFFD may be an unfinished character that a later token completes: hold it.
-        stable = self._decode(self._ids[:-1]).rstrip("\ufffd")
-        out = ""
-        if text.startswith(stable) and len(stable) > self._done:
-            out = stable[self._done :]
-            self._done = len(stable)
-        if len(self._ids) > _WINDOW_MAX:
-            self._reanchor(text)
-        return out
-
-    def _reanchor(self, text: str) -> None:
-        # Keep the newest ids as context: their decode must end with the text not yet emitted, and from then
-        # on the window's text beyond that point is taken to be what the whole stream's decode would add
-        # (decoders are local: a few ids of context fix spacing and cleanup, as in vLLM's prefix offset).
-        cut = len(self._ids) - _WINDOW_KEEP
-        pending = text[self._done :]
-        tail = self._decode(self._ids[cut:])
-        if tail.endswith(pending):
-            del self._ids[:cut]
-            self._done = len(tail) - len(pending)
-
-    def finish(self) -> str:
-        text = self._decode(self._ids)
-        out = text[self._done :]
-        self._done = len(text)
-        return out
 
 
 def decode_with_table(table: ByteTable, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:

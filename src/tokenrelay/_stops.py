@@ -110,7 +110,7 @@ class StopMatcher:
     ``"".join(m.feed(d) for d in deltas) + m.finish() == StopMatcher(stops).feed("".join(deltas)) + ...``.
     """
 
-    __slots__ = ("_auto", "_held", "_include_stop", "_matched", "_state", "_stops")
+    __slots__ = ("_auto", "_held", "_include_stop", "_matched", "_state", "_stop_end", "_stops")
 
     def __init__(self, stops: Sequence[str], *, include_stop: bool = False) -> None:
         if isinstance(stops, str):
@@ -127,6 +127,7 @@ class StopMatcher:
         self._state = 0
         self._held = ""  # always the last depth[_state] characters of the text fed so far
         self._matched: str | None = None
+        self._stop_end = 0
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -141,6 +142,12 @@ class StopMatcher:
     def matched(self) -> str | None:
         """The stop string that ended the stream, or ``None``."""
         return self._matched
+
+    @property
+    def stop_end(self) -> int:
+        """After the ``feed`` that found the stop: how many characters of the text given to that call run up to
+        the end of the stop (the stop's last character is ``text[stop_end - 1]``); 0 before a stop."""
+        return self._stop_end
 
     @property
     def held(self) -> str:
@@ -188,6 +195,7 @@ class StopMatcher:
         combined = self._held + text[:end]
         start = len(combined) - len(stop)  # >= 0: the stop's prefix was held back (rule 1)
         self._matched = stop
+        self._stop_end = end
         self._held = ""
         self._state = 0
         return combined if self._include_stop else combined[:start]

@@ -12,6 +12,11 @@ The one place where a reply's end is decided. Per token id, in order:
 When the reply ends, the detokenizer and the matcher are flushed, ids after the stopping one in the same step
 are dropped, and ``feed`` returns the ``Finished`` event: the caller must then stop its engine.
 
+A stop string is charged to the id that completed it: the first id whose reference decode (with the ids
+before it) shows the stop. The detokenizer may reveal that text only with a later id (a ByteFallback run of
+byte tokens is shown when the run ends, the window fallback shows text one token late); those later ids, and a
+stop id or EOS that revealed it by flushing, are not counted and are not reported (``Detokenizer.ids_after``).
+
 Contract (tested over every split of the ids into steps): ``"".join(delta.text)`` is the final text
 exactly, the same for any split; no delta is empty; the ids of all deltas followed by ``Finished.token_ids``
 are the ids the engine produced, up to and including the stopping one, and their count is
@@ -178,9 +183,12 @@ class TextStream:
             if token_id in self._stop_ids:
                 return self._end("stop", parts, delta_ids, now, stop_id=token_id)
             self._pending.append(token_id)
-            self._release(self._matcher.feed(self._detok.feed(token_id)), parts, delta_ids)
+            released = self._matcher.feed(self._detok.feed(token_id))
             if self._matcher.stopped:
+                self._uncount(self._detok.ids_after(self._matcher.stop_end))
+                self._release(released, parts, delta_ids)
                 return self._end("stop", parts, delta_ids, now)
+            self._release(released, parts, delta_ids)
             if self._max_tokens is not None and self._count >= self._max_tokens:
                 return self._end("length", parts, delta_ids, now)
         return self._emit(parts, delta_ids, now)
@@ -198,6 +206,13 @@ class TextStream:
             parts.append(text)
             delta_ids.extend(self._pending)
             self._pending.clear()
+
+    def _uncount(self, n: int) -> None:
+        """The stop was complete ``n`` ids ago: those ids are not part of the reply (they carried no text yet)."""
+        n = min(n, len(self._pending))
+        if n:
+            del self._pending[-n:]
+            self._count -= n
 
     def _emit(self, parts: list[str], delta_ids: list[int], now: float | None) -> list[Event]:
         if not parts:
@@ -218,7 +233,15 @@ class TextStream:
     ) -> list[Event]:
         matcher = self._matcher
         if not matcher.stopped:
-            self._release(matcher.feed(self._detok.finish()), parts, delta_ids)
+            released = matcher.feed(self._detok.finish())
+            if matcher.stopped:
+                # The flush revealed a stop string: the ids after the one that completed it, the stop id or EOS
+                # that ended the step included, are not part of the reply.
+                if stop_id is not None:
+                    stop_id = None
+                    self._count -= 1
+                self._uncount(self._detok.ids_after(matcher.stop_end))
+            self._release(released, parts, delta_ids)
         if not matcher.stopped:
             self._release(matcher.finish(), parts, delta_ids)
         matched: str | int | None = stop_id

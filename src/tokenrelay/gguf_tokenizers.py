@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import TokenizerError
-from ._gguf import GGUFFormatError, read_gguf_metadata
+from ._gguf import (
+    GGUF_HEADER_SIZE,
+    GGUFFormatError,
+    GGUFTruncatedError,
+    check_gguf_header,
+    read_gguf_metadata,
+)
 from ._protocols import ByteTable, Tokenizer
 from .tokenizers import _EOS_NAMES, HFTokenizer, _Base
 
@@ -27,18 +33,20 @@ _DIGITS_THEN_GPT2 = ("smollm", "starcoder", "refact", "command-r", "codeshell", 
 
 
 def _gguf_fields(path: Path) -> dict[str, Any]:
-    # Read only as much of the file as the metadata needs (a model file can be many GB): start with 8 MB and
-    # grow until the metadata parses or the whole file has been read.
+    # Read only as much of the file as the metadata needs (a model file can be many GB): check the 24-byte
+    # header first, so any other file is refused after reading 24 bytes, then start with 8 MB and grow while
+    # the metadata runs on past what was read (never past the file's end: a bad length is refused at once).
     try:
         size = path.stat().st_size
-        want = min(size, 8 << 20)
         with path.open("rb") as f:
+            check_gguf_header(f.read(GGUF_HEADER_SIZE))
+            want = min(size, 8 << 20)
             while True:
                 f.seek(0)
                 data = f.read(want)
                 try:
-                    return dict(read_gguf_metadata(data))
-                except GGUFFormatError:
+                    return dict(read_gguf_metadata(data, file_size=size))
+                except GGUFTruncatedError:
                     if want >= size:
                         raise
                     want = min(size, want * 4)
