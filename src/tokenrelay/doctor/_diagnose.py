@@ -146,7 +146,7 @@ def _bytes_check(exchange: Exchange, plan: DiagnosticPlan) -> Check:
     return Check(
         Status.PASS,
         "bytes",
-        f"{min(len(body), len(expected))} of {len(expected)} bytes identical to what was sent in {plan.events} "
+        f"{min(len(body), len(expected))} of {len(expected)} bytes identical to what was sent in {len(plan.cuts)} "
         f"writes ({plan.cuts_inside_characters()} cuts inside a UTF-8 character, {plan.cuts_inside_crlf()} "
         "between CR and LF)",
     )
@@ -201,7 +201,10 @@ def diagnose_diagnostic(
         arrived = [(w, a) for w, a in zip(schedule.writes, arrivals, strict=True) if a is not None]
         relay = judge_relay([w[0] for w, _ in arrived], [a for _, a in arrived], [w[2] for w, _ in arrived])
 
-    checks = [Check(Status.PASS if exchange.status == 200 else Status.FAIL, "status", str(exchange.status))]
+    checks = [
+        Check(Status.INFO, "probe", _probe_line(exchange, plan)),
+        Check(Status.PASS if exchange.status == 200 else Status.FAIL, "status", str(exchange.status)),
+    ]
     checks += header_checks(exchange, relay)
     if relay is not None:
         checks.append(timing_check(exchange, relay, send_times=True))
@@ -210,6 +213,8 @@ def diagnose_diagnostic(
     checks.append(latency_check(exchange, first_with_text(texts)))
     checks.append(_bytes_check(exchange, plan))
     checks.append(_text_check(texts, bad, parse_error))
+    # The probe picked these line ends, not the deployment (tokenrelay's chat streams use LF), so the
+    # naive-splitter fix is printed only for a stream whose own line ends call for it (chat mode).
     naive = naive_event_count(exchange.body)
     checks.append(
         Check(
@@ -217,7 +222,6 @@ def diagnose_diagnostic(
             "framing",
             f"{plan.eol.upper()} line ends: parsed {len(texts)} events; a client splitting on \\n\\n would "
             f"see {naive}",
-            fix=FIX_NAIVE_SPLIT if naive < len(texts) else None,
         )
     )
     complete = done and schedule is not None and len(texts) == plan.events
@@ -246,6 +250,14 @@ def diagnose_diagnostic(
     return Report(url or exchange.url, "diagnostics", checks, timeline, facts)
 
 
+def _probe_line(exchange: Exchange, plan: DiagnosticPlan) -> str:
+    """What was asked for, with the seed to replay it (``tokenrelay doctor URL --seed S``)."""
+    return (
+        f"{exchange.method} diagnostic stream: {plan.events} events {plan.cadence_ms:g} ms apart in "
+        f"{len(plan.cuts)} writes, {plan.eol.upper()}, seed {plan.seed} (replay: --seed {plan.seed})"
+    )
+
+
 def _chat_text_check(text: str) -> Check:
     lone = sum(1 for ch in text if "\ud800" <= ch <= "\udfff")
     if lone:
@@ -270,13 +282,21 @@ def _chat_text_check(text: str) -> Check:
 
 def _chat_framing_check(body: bytes, events: int) -> Check:
     ends = line_ends(body)
+    naive = naive_event_count(body)
     if not ends["crlf"] and not ends["cr"]:
         return Check(Status.PASS, "framing", f"LF line ends; {events} events")
+    if naive >= events:  # CR or CRLF somewhere, but not where a naive splitter would lose an event
+        return Check(
+            Status.PASS,
+            "framing",
+            f"line ends: {ends['crlf']} CRLF, {ends['cr']} CR, {ends['lf']} LF; a client splitting on \\n\\n "
+            f"still sees all {events} events",
+        )
     return Check(
         Status.WARN,
         "framing",
         f"line ends: {ends['crlf']} CRLF, {ends['cr']} CR, {ends['lf']} LF (valid SSE); a client "
-        f"splitting on \\n\\n would see {naive_event_count(body)} of {events} events",
+        f"splitting on \\n\\n would see {naive} of {events} events",
         hop="clients of this endpoint",
         fix=FIX_NAIVE_SPLIT,
     )
