@@ -16,9 +16,10 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import tokenrelay
 from _uvicorn import serve
 from tokenrelay import cli, load_tokenizer
-from tokenrelay.doctor._checks import FIX_NAIVE_SPLIT, FIX_WHOLE_BODY
+from tokenrelay.doctor._checks import FIX_WHOLE_BODY
 from tokenrelay.doctor._report import Status
 from tokenrelay.doctor.probe import DoctorOptions, endpoints, run_doctor
 from tokenrelay.engines import ReplayEngine
@@ -84,14 +85,14 @@ async def test_tokenrelay_server_direct_passes(relay: str) -> None:
         "x-accel-buffering",
     ):
         assert report.check(name).status is Status.PASS, report.render_text()
-    assert report.check("framing").fix == FIX_NAIVE_SPLIT  # the CRLF stream a naive client would misread
+    assert report.check("framing").fix is None  # the probe's own CRLF is not the deployment's to fix
 
 
 async def test_whole_body_middleware_is_a_lump_pointing_at_it() -> None:
     with serve(ETagMiddleware(relay_app())) as url:
         report = await run_doctor(url, DoctorOptions(events=30, cadence_ms=50.0, seed=3))
     timing = report.check("timing")
-    assert timing.status is Status.FAIL and timing.message.startswith("one lump at the end: 30 of 30")
+    assert timing.status is Status.FAIL and timing.message.startswith("one lump at the end: 31 of 31")
     assert timing.hop is not None and timing.hop.startswith("middleware that needs the whole body (ETag")
     assert timing.fix == FIX_WHOLE_BODY and report.exit_status == 1
     assert report.check("bytes").status is Status.PASS  # held, not damaged
@@ -170,10 +171,15 @@ def test_cli_doctor_writes_table_json_svg_and_html(
     ]
     assert cli.main(argv) == 0
     table = capsysbinary.readouterr().out.decode("utf-8")
-    assert table.startswith(f"tokenrelay doctor {relay}  (diagnostics)")
-    assert "PASS  timing" in table and "SKIP  cancel" in table
+    assert table.startswith(f"tokenrelay doctor {relay}  (diagnostics, tokenrelay {tokenrelay.__version__}, ")
+    assert "PASS  timing" in table and "SKIP  cancel" in table and "seed 9 (replay: --seed 9)" in table
     ET.fromstring(svg.read_text("utf-8"))
-    assert "<svg" in html.read_text("utf-8")
+    page = html.read_text("utf-8")
+    assert (
+        "<svg" in page
+        and f"target: <code>{relay}</code>" in page
+        and f"tokenrelay {tokenrelay.__version__}" in page
+    )
     assert cli.main(["doctor", relay, "--events", "20", "--no-cancel", "--json"]) == 0
     data = json.loads(capsysbinary.readouterr().out)
     assert data["ok"] is True and data["facts"]["plan"]["events"] == "20"

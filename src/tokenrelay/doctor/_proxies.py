@@ -265,9 +265,10 @@ def sightings(headers: Mapping[str, str]) -> list[Sighting]:
     return list(found.values())
 
 
-def seen(headers: Mapping[str, str]) -> str:
-    """What the headers say about the path, for a report that cannot name the hop."""
-    parts = [f"{_title(h)}: {headers[h]}" for h in _NOTABLE if h in headers]
+def seen(headers: Mapping[str, str], *, besides: str = "") -> str:
+    """What the headers say about the path, for a report that cannot name the hop (``besides``: a header
+    the report already quotes)."""
+    parts = [f"{_title(h)}: {headers[h]}" for h in _NOTABLE if h in headers and h != besides]
     if "via" not in headers:
         parts.append("no Via")
     return "; ".join(parts) if parts else "no identifying headers"
@@ -316,7 +317,7 @@ def blame(
             return Blame(hop, proxy.compression, proxy.key, COMPRESSION)
         return Blame(f"{proxy.name} buffering ({first.evidence})", proxy.buffering, proxy.key, "buffering")
     if coding:
-        hop = f"compression (Content-Encoding: {coding}; no proxy named: {seen(headers)})"
+        hop = f"compression (Content-Encoding: {coding}; no proxy named: {seen(headers, besides='content-encoding')})"
         return Blame(hop, candidates(COMPRESSION), UNKNOWN, COMPRESSION)
     if "content-length" in headers:
         hop = "middleware that needs the whole body (Content-Length on a stream)"
