@@ -7,8 +7,9 @@ NODE_STAMP := node_modules/.installed-stamp
 SYSTEM_STAMP := $(VENV)/.system-stamp
 # llama-cpp-python compiles llama.cpp from source (~6 min on 2 cores); build with both cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
-# Debian packages the tests drive for real: nginx (proxy tests), Chromium (the page), fonts to render the corpus.
-SYSTEM_PACKAGES := nginx chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl
+# Debian packages the tests drive for real: nginx, Apache, HAProxy, Caddy and Varnish (the doctor's proxy tests),
+# Chromium (the page), fonts to render the corpus.
+SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl
 
 .PHONY: install system test check bench serve clean
 

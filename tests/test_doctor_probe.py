@@ -190,3 +190,35 @@ def test_cli_doctor_exit_status_on_fail_and_usage_error(capsysbinary: pytest.Cap
     assert "FAIL  connect" in capsysbinary.readouterr().out.decode()
     assert cli.main(["doctor", "http://127.0.0.1:9", "-H", "no colon"]) == 2
     assert "--header wants" in capsysbinary.readouterr().err.decode()
+
+
+class RequireKey:
+    """Lets a request through only with ``Authorization: Bearer KEY``, as a server with an API key does."""
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app, self.key = app, key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (b"authorization", f"Bearer {self.key}".encode()) not in scope["headers"]:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+            return
+        await self.app(scope, receive, send)
+
+
+def test_cli_doctor_sends_the_api_key_from_the_option_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    with serve(RequireKey(relay_app(), "k-123")) as url:
+        argv = ["doctor", url, "--mode", "diagnostics", "--events", "10", "--json"]
+        monkeypatch.delenv("TOKENRELAY_API_KEY", raising=False)
+        assert cli.main(argv) == 1
+        assert "HTTP 401" in capsysbinary.readouterr().out.decode()
+        assert cli.main([*argv, "--api-key", "k-123"]) == 0
+        first = json.loads(capsysbinary.readouterr().out)
+        monkeypatch.setenv("TOKENRELAY_API_KEY", "k-123")
+        assert cli.main(argv) == 0
+        second = json.loads(capsysbinary.readouterr().out)
+    for data in (first, second):  # the stream and the status endpoint (cancel) both got the key
+        checks = {c["check"]: c["status"] for c in data["checks"]}
+        assert checks["timing"] == "PASS" and checks["cancel"] == "PASS"
