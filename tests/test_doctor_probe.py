@@ -199,7 +199,10 @@ class RequireKey:
         self.app, self.key = app, key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (b"authorization", f"Bearer {self.key}".encode()) not in scope["headers"]:
+        if (
+            scope["type"] == "http"
+            and (b"authorization", f"Bearer {self.key}".encode()) not in scope["headers"]
+        ):
             await send({"type": "http.response.start", "status": 401, "headers": []})
             await send({"type": "http.response.body", "body": b"{}"})
             return

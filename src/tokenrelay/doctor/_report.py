@@ -94,8 +94,10 @@ class Report:
             pad = " " * (6 + width + 2)
             if check.hop:
                 lines.append(f"{pad}hop: {check.hop}")
-            if check.fix:
-                lines.append(f"{pad}fix: {check.fix}")
+            if check.fix:  # a list of candidates ("a | b | c") gets a line each
+                head, *rest = check.fix.split(" | ")
+                lines.append(f"{pad}fix: {head}")
+                lines.extend(f"{pad}     {item}" for item in rest)
         counts = {s: sum(1 for c in self.checks if c.status is s) for s in Status}
         summary = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
         lines.append(f"{'FAILED' if self.failed else 'OK'}: {summary}")
