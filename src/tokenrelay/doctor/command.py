@@ -36,6 +36,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the same server one hop further out (repeat: load balancer, then public URL); probes each hop "
         "in one run and names the hop that adds the hold",
     )
+    parser.add_argument(
+        "--browser",
+        action="store_true",
+        help="run the probe in headless Chromium through URL/doctor: adds the browser's lanes (parse, render, "
+        "paint) to the report",
+    )
     parser.add_argument("--json", action="store_true", help="write the report as JSON instead of a table")
     parser.add_argument("--svg", type=Path, metavar="PATH", help="write the timeline picture (SVG) here")
     parser.add_argument(
@@ -100,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         headers=_headers(args),
     )
+    if args.browser:
+        return _run_browser(args)
     report: Report | ChainReport
     if args.via:
         report = asyncio.run(run_chain([args.url, *args.via], options))
@@ -110,7 +118,34 @@ def run(args: argparse.Namespace) -> int:
         args.svg.write_text(svg, encoding="utf-8")
     if args.html is not None:
         args.html.write_text(report.render_html(), encoding="utf-8")
-    text = report.render_json() if args.json else report.render_text()
+    _print(report.render_json() if args.json else report.render_text())
+    return report.exit_status
+
+
+def _run_browser(args: argparse.Namespace) -> int:
+    import json
+
+    from tokenrelay.doctor.browser import run_in_browser
+    from tokenrelay.doctor.probe import endpoints
+
+    if args.via:
+        raise ConfigError("--browser probes one URL; leave out --via")
+    result = asyncio.run(
+        run_in_browser(
+            endpoints(args.url)[0],
+            events=args.events,
+            cadence_ms=args.cadence_ms,
+            seed=args.seed,
+            api_key=args.api_key,
+            timeout=args.timeout + args.events * args.cadence_ms / 1000.0,
+        )
+    )
+    report = result["report"]
+    _print(json.dumps(result, ensure_ascii=False, indent=2) + "\n" if args.json else str(report["text"]))
+    return 0 if report.get("ok") else 1
+
+
+def _print(text: str) -> None:
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is not None:  # UTF-8 whatever the locale: the report quotes emoji and Devanagari
         buffer.write(text.encode("utf-8"))
@@ -118,4 +153,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
-    return report.exit_status

@@ -350,7 +350,11 @@ def diagnostics_routes(
 
 
 def add_diagnostics_routes(app: Starlette, *, prefix: str = "/v1/diagnostics") -> DiagnosticsRegistry:
-    """Add the diagnostic stream and status routes to ``app`` (Starlette or FastAPI); returns their registry."""
+    """Add the diagnostic stream and status routes to ``app`` (Starlette or FastAPI), and the doctor's page
+    (``/doctor``, :mod:`tokenrelay.server.doctor_page`) with its report endpoint; returns their registry."""
+    from tokenrelay.server.doctor_page import doctor_page_routes  # it judges with the doctor's modules
+
     registry = DiagnosticsRegistry()
     app.router.routes.extend(diagnostics_routes(registry, prefix=prefix))
+    app.router.routes.extend(doctor_page_routes(registry, prefix))
     return registry
