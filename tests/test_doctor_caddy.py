@@ -7,6 +7,9 @@ more (and without ``Cache-Control: no-transform``) it compresses, and then holds
 compressor. tokenrelay's chat stream opens with a 15-byte comment and says no-transform, so Caddy leaves it
 alone; the probe must do the same whatever its seed (issue 13: about one seed in six made the old probe's
 first write big enough, and the doctor failed a deployment whose chat streams were fine).
+
+Caddy 2.6.2 also cuts about one stream in ten here (see ``proxies.apps.doctor_through_caddy``); the runs
+are repeated when that happens.
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxies.apps import assert_clean, other_upstream, relay_upstream
+from proxies.apps import assert_clean, doctor_through_caddy, other_upstream, relay_upstream
 from proxies.harness import binary, caddy_proxy
 from tokenrelay.doctor._payload import DiagnosticPlan
 from tokenrelay.doctor._proxies import CADDY
 from tokenrelay.doctor._report import Status
-from tokenrelay.doctor.probe import DoctorOptions, run_doctor
+from tokenrelay.doctor.probe import DoctorOptions
 
 pytestmark = pytest.mark.skipif(
     binary("caddy") is None,
@@ -44,7 +47,7 @@ def relay() -> Iterator[int]:
 
 async def test_defaults_pass(relay: int) -> None:
     with caddy_proxy(relay, PROXY) as url:
-        report = await run_doctor(url, DoctorOptions(events=30, cadence_ms=50.0, seed=11))
+        report = await doctor_through_caddy(url, DoctorOptions(events=30, cadence_ms=50.0, seed=11))
     assert_clean(report)
     assert not report.failed and report.check("timing").status is Status.PASS, report.render_text()
     assert report.check("cancel").status is Status.PASS
@@ -53,9 +56,11 @@ async def test_defaults_pass(relay: int) -> None:
 async def test_encode_leaves_the_probe_alone_for_every_seed_as_it_leaves_chat_streams(relay: int) -> None:
     assert len(BIG_FIRST_WRITE) == 3
     with caddy_proxy(relay, ENCODE) as url:
-        chat = await run_doctor(url, DoctorOptions(mode="chat", timeout=15.0))
+        chat = await doctor_through_caddy(url, DoctorOptions(mode="chat", timeout=15.0))
         probes = [
-            await run_doctor(url, DoctorOptions(events=20, cadence_ms=40.0, seed=seed, cancel=False))
+            await doctor_through_caddy(
+                url, DoctorOptions(events=20, cadence_ms=40.0, seed=seed, cancel=False)
+            )
             for seed in BIG_FIRST_WRITE
         ]
     for report in (chat, *probes):
@@ -69,7 +74,9 @@ async def test_encode_leaves_the_probe_alone_for_every_seed_as_it_leaves_chat_st
 
 async def test_buffer_responses_is_one_lump_named_caddy(relay: int) -> None:
     with caddy_proxy(relay, BUFFERED) as url:
-        report = await run_doctor(url, DoctorOptions(events=30, cadence_ms=50.0, seed=11, cancel=False))
+        report = await doctor_through_caddy(
+            url, DoctorOptions(events=30, cadence_ms=50.0, seed=11, cancel=False)
+        )
     assert_clean(report)
     timing = report.check("timing")
     assert timing.status is Status.FAIL and timing.message.startswith("one lump"), report.render_text()
@@ -80,9 +87,9 @@ async def test_buffer_responses_is_one_lump_named_caddy(relay: int) -> None:
 async def test_encode_holding_a_chat_stream_fails_named_caddy_and_the_match_fix_passes() -> None:
     with other_upstream() as other:
         with caddy_proxy(other, ENCODE) as url:
-            report = await run_doctor(url, DoctorOptions(mode="chat", timeout=15.0))
+            report = await doctor_through_caddy(url, DoctorOptions(mode="chat", timeout=15.0))
         with caddy_proxy(other, ENCODE_FIXED) as url:
-            fixed = await run_doctor(url, DoctorOptions(mode="chat", timeout=15.0))
+            fixed = await doctor_through_caddy(url, DoctorOptions(mode="chat", timeout=15.0))
     assert_clean(report)
     timing = report.check("timing")
     assert timing.status is Status.FAIL and timing.message.startswith("one lump"), report.render_text()

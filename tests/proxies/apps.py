@@ -25,10 +25,11 @@ from _uvicorn import serve
 from tokenrelay import load_tokenizer
 from tokenrelay._openai import DONE, ChatChunkWriter
 from tokenrelay.doctor._report import Report, Status
+from tokenrelay.doctor.probe import DoctorOptions, run_doctor
 from tokenrelay.engines import ReplayEngine
 from tokenrelay.server import create_app
 
-__all__ = ["OTHER_EVENTS", "assert_clean", "other_upstream", "relay_upstream"]
+__all__ = ["OTHER_EVENTS", "assert_clean", "doctor_through_caddy", "other_upstream", "relay_upstream"]
 
 CORPUS = (Path(__file__).resolve().parents[1] / "data" / "multilingual.txt").read_bytes().decode("utf-8")
 OTHER_EVENTS = 30
@@ -36,10 +37,10 @@ OTHER_CADENCE_S = 0.05
 
 
 @contextmanager
-def relay_upstream() -> Iterator[int]:
+def relay_upstream(http: str = "h11") -> Iterator[int]:
     """tokenrelay's server on a free port; yields the port."""
     app = create_app(ReplayEngine(load_tokenizer("smollm2"), CORPUS, rate=50.0))
-    with serve(app, http="h11") as url:
+    with serve(app, http=http) as url:
         yield int(urlsplit(url).port or 0)
 
 
@@ -73,3 +74,21 @@ def assert_clean(report: Report) -> None:
     names = ("bytes", "text", "end") if report.mode == "diagnostics" else ("text", "end")
     for name in names:
         assert report.check(name).status is Status.PASS, report.render_text()
+
+
+async def doctor_through_caddy(url: str, options: DoctorOptions) -> Report:
+    """``run_doctor``, up to twice more when the stream was cut (the ``end`` check failed).
+
+    Caddy 2.6.2 here closes about one upstream connection in ten a few milliseconds after the response
+    starts, tokenrelay's real chat streams alike (the doctor says so: "Caddy closed its connection to the
+    server mid-stream"). That is a finding about Caddy for the doctor to report, not what these tests check.
+    """
+    report = await run_doctor(url, options)
+    for _ in range(2):
+        try:
+            if report.check("end").status is not Status.FAIL:
+                break
+        except KeyError:
+            break
+        report = await run_doctor(url, options)
+    return report

@@ -279,11 +279,33 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def end_check(exchange: Exchange, complete: bool, truncated: bool, detail: str) -> Check:
-    """PASS when the stream ended as the protocol says it should; otherwise point at whoever cut it."""
+def end_check(
+    exchange: Exchange,
+    complete: bool,
+    truncated: bool,
+    detail: str,
+    *,
+    server_saw_close_ms: float | None = None,
+) -> Check:
+    """PASS when the stream ended as the protocol says it should; otherwise point at whoever cut it.
+    ``server_saw_close_ms``: the diagnostic stream's status says the server saw its connection close that
+    long into the stream, while this client was still reading: a hop closed its upstream connection."""
     if complete and not truncated and exchange.error is None:
         return Check(Status.PASS, "end", detail)
     why = f"; {exchange.error}" if exchange.error else ""
+    if server_saw_close_ms is not None:
+        named = sightings(exchange.headers)
+        proxy = PROXIES[named[0].proxy].name if named else "a hop"
+        return Check(
+            Status.FAIL,
+            "end",
+            f"the stream stopped early after {len(exchange.body)} bytes{why}; the server saw its connection "
+            f"close {server_saw_close_ms:.0f} ms into the stream while this client was still reading",
+            hop=f"{proxy} closed its connection to the server mid-stream"
+            + (f" ({named[0].evidence})" if named else ""),
+            fix="look at that hop's upstream timeouts and connection reuse (keep-alive) towards the server, and "
+            "at its error log for the moment of the cut; run the doctor again to see how often it happens",
+        )
     return Check(
         Status.FAIL,
         "end",

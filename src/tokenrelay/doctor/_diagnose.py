@@ -139,6 +139,14 @@ def _find_schedule(events: list[TimedEvent], status: Mapping[str, object] | None
     return None
 
 
+def _server_saw_close(status: Mapping[str, object] | None) -> float | None:
+    """When the server saw the client leave, from the status endpoint (None: it did not, or cannot say)."""
+    if status is None or status.get("state") != "cancelled":
+        return None
+    after = status.get("cancelled_after_ms")
+    return float(after) if isinstance(after, (int, float)) else None
+
+
 def _bytes_check(exchange: Exchange, plan: DiagnosticPlan) -> Check:
     body, expected = exchange.body, plan.body
     if body[: len(expected)] != expected[: len(body)]:
@@ -226,7 +234,13 @@ def diagnose_diagnostic(
     )
     complete = done and schedule is not None and len(texts) == plan.events
     checks.append(
-        end_check(exchange, complete, truncated, f"complete: {plan.events} events, schedule, [DONE]")
+        end_check(
+            exchange,
+            complete,
+            truncated,
+            f"complete: {plan.events} events, schedule, [DONE]",
+            server_saw_close_ms=_server_saw_close(status),
+        )
     )
     checks.append(cancel_check(cancel, plan.cadence_ms))
 
