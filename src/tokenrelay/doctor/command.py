@@ -141,6 +141,8 @@ def _run_browser(args: argparse.Namespace) -> int:
         )
     )
     report = result["report"]
+    if args.svg is not None:  # the lanes, as the page drew them
+        args.svg.write_text(str(result.get("svg", "")), encoding="utf-8")
     _print(json.dumps(result, ensure_ascii=False, indent=2) + "\n" if args.json else str(report["text"]))
     return 0 if report.get("ok") else 1
 

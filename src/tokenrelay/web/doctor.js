@@ -177,7 +177,9 @@ export async function runDoctor({
     }),
   });
   const report = await reportResponse.json();
-  return { plan, headers_ms: headersMs, events: list, lanes, report };
+  const result = { plan, headers_ms: headersMs, events: list, lanes, report };
+  result.svg = new XMLSerializer().serializeToString(drawLanes(result));
+  return result;
 }
 
 function svgNode(name, attributes, text) {
@@ -200,7 +202,7 @@ export function drawLanes(result) {
   svg.append(svgNode('title', {}, 'where each event was held, hop by hop'));
   ROWS.forEach((row, i) => {
     const lane = LANES.find(([, , to]) => to === row);
-    const held = lane ? `  held max ${result.lanes[lane[0]].max_ms.toFixed(0)} ms` : '';
+    const held = lane ? ` · held max ${result.lanes[lane[0]].max_ms.toFixed(0)} ms` : '';
     svg.append(svgNode('text', { x: 5, y: y(i) + 4, 'font-size': 13 }, `${ROW_NAMES[row]}${held}`));
     svg.append(svgNode('line', { x1: left, x2: width - 10, y1: y(i), y2: y(i), stroke: '#ddd' }));
   });
