@@ -76,6 +76,10 @@ def test_through_buffering_nginx_the_hold_is_in_the_network_lane(
     checks = {c["check"]: c for c in report["checks"]}
     assert status == 1 and checks["timing"]["status"] == "FAIL", report["text"]
     assert checks["timing"]["hop"].startswith("nginx buffering (Server: nginx")
-    assert isinstance(result["svg"], str) and result["svg"].startswith("<svg") and "network arrival" in result["svg"]
+    assert (
+        isinstance(result["svg"], str)
+        and result["svg"].startswith("<svg")
+        and "network arrival" in result["svg"]
+    )
     network, paint = lanes["network"], lanes["paint"]
     assert network["max_ms"] >= 100 and network["max_ms"] > 2 * max(paint["max_ms"], lanes["parse"]["max_ms"])

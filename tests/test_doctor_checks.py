@@ -309,7 +309,10 @@ def test_a_cut_the_server_saw_as_a_close_names_the_hop_that_closed_it() -> None:
     cut = record(writes=3, headers={**SSE, "server": "Caddy, uvicorn"})
     status = {"state": "cancelled", "cancelled_after_ms": 4.2}
     end = diagnose_diagnostic(cut, PLAN, status=status).check("end")
-    assert end.status is Status.FAIL and "the server saw its connection close 4 ms into the stream" in end.message
+    assert (
+        end.status is Status.FAIL
+        and "the server saw its connection close 4 ms into the stream" in end.message
+    )
     assert end.hop == "Caddy closed its connection to the server mid-stream (Server: Caddy, uvicorn)"
     plain = diagnose_diagnostic(cut, PLAN).check("end")  # no status: it cannot say who closed
     assert plain.hop is not None and plain.hop.startswith("a hop that closed the stream")
