@@ -5,6 +5,7 @@ POST with a chat stream's exact headers and opening; memory bounded whatever the
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 import importlib.util
 import json
@@ -264,3 +265,37 @@ def test_streams_beyond_max_running_get_429_with_retry_after() -> None:
         after = httpx.post(f"{url}/v1/diagnostics/stream", json={"events": 2, "cadence_ms": 0}, timeout=10)
     assert statuses == [200, 200, 429] and retry >= 1 and running == 0
     assert after.status_code == 200
+
+
+def test_the_report_endpoint_judges_a_recording_like_the_cli() -> None:
+    """What the doctor page posts: the chunks it read (base64) with their times, the headers, the plan."""
+    app = Starlette()
+    add_diagnostics_routes(app)
+    plan = DiagnosticPlan("rep-1", seed=2, events=6, cadence_ms=20.0)
+    with serve(app, http="h11") as url:
+        chunks: list[list[object]] = []
+        start = time.perf_counter()
+        with httpx.stream("POST", f"{url}/v1/diagnostics/stream", json=plan.request_json(), timeout=10) as r:
+            headers = dict(r.headers)
+            headers_ms = (time.perf_counter() - start) * 1000
+            for raw in r.iter_raw():
+                chunks.append([(time.perf_counter() - start) * 1000, base64.b64encode(raw).decode()])
+        recording = {
+            "plan": plan.request_json(),
+            "url": url,
+            "status": 200,
+            "headers": headers,
+            "headers_ms": headers_ms,
+            "chunks": chunks,
+            "lanes": {"network": {"max_ms": 3.0, "p90_ms": 2.0}, "paint": {"max_ms": 16.0, "p90_ms": 9.0}},
+        }
+        report = httpx.post(f"{url}/v1/diagnostics/report", json=recording, timeout=10).json()
+        bad = httpx.post(f"{url}/v1/diagnostics/report", content=b'{"plan": 1}', timeout=10)
+        page = httpx.get(f"{url}/doctor", timeout=10)
+    checks = {c["check"]: c for c in report["checks"]}
+    assert report["mode"] == "browser" and report["ok"] is True, report["text"]
+    for name in ("timing", "bytes", "text", "end"):
+        assert checks[name]["status"] == "PASS", report["text"]
+    assert checks["browser"]["message"] == "held per hop: network max 3 ms p90 2 ms; paint max 16 ms p90 9 ms"
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

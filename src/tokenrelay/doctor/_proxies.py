@@ -302,8 +302,8 @@ def blame(
     buffering_named = [k for k in keys if k != "haproxy"]
     if is_send_delay(bursts_period_ms, burst_items) and not buffering_named:
         hop = (
-            f"a hop that waits before it sends: releases every {bursts_period_ms:.0f} ms whatever their size "
-            "fit HAProxy without option http-no-delay (nothing in the headers names a proxy)"
+            f"a hop that waits before it sends: releases every {bursts_period_ms:.0f} ms, on the ~200 ms clock "
+            "of HAProxy without option http-no-delay (nothing in the headers names a proxy)"
         )
         if "haproxy" in keys:
             hop = f"HAProxy ({named[keys.index('haproxy')].evidence}) waits before it sends"
