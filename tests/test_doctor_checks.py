@@ -68,7 +68,10 @@ def test_a_clean_relay_passes_everything() -> None:
     for name in ("status", "content-type", "cache-control", "timing", "bytes", "text", "end"):
         assert statuses[name] is Status.PASS, report.render_text()
     assert report.check("framing").message.endswith("would see 0")
-    assert report.check("framing").fix == FIX_NAIVE_SPLIT
+    # The probe chose CRLF, not the deployment: the naive-splitter fix is not the deployment's to apply.
+    assert report.check("framing").fix is None
+    probe = report.check("probe")
+    assert probe.status is Status.INFO and "seed 11 (replay: --seed 11)" in probe.message
     assert report.url == "http://proxy" and report.facts["request"] == "http://proxy/v1/diagnostics/stream"
     assert report.check("cancel").status is Status.SKIP
 
@@ -79,7 +82,7 @@ def test_bursts_behind_nginx_point_at_proxy_buffering() -> None:
     report = diagnose_diagnostic(record(arrive=lambda i, s: (i // 5 + 1) * 250.0 + 1, headers=held), PLAN)
     timing = report.check("timing")
     assert timing.status is Status.FAIL and timing.message.startswith("bursts of 5")
-    assert timing.hop == "nginx proxy buffering" and timing.fix == FIX_NGINX
+    assert timing.hop == "nginx buffering (Server: nginx/1.22.1)" and timing.fix == FIX_NGINX
     assert report.check("x-accel-buffering").status is Status.INFO and report.exit_status == 1
 
 
@@ -90,7 +93,7 @@ def test_a_lump_with_gzip_points_at_compression_and_the_encoding_line_says_so() 
     assert report.check("timing").status is Status.FAIL and report.check("timing").message.startswith(
         "one lump"
     )
-    assert report.check("timing").hop == "compression (Content-Encoding: gzip)"
+    assert report.check("timing").hop == "compression (Content-Encoding: gzip; no proxy named: no Via)"
     encoding = report.check("content-encoding")
     assert encoding.status is Status.FAIL and encoding.fix == FIX_COMPRESSION and "held" in encoding.message
 
@@ -273,12 +276,12 @@ def test_text_json_html_and_svg_renderings() -> None:
     data = json.loads(report.render_json())
     assert data["ok"] is False and data["mode"] == "diagnostics"
     assert {c["check"] for c in data["checks"]} >= {"timing", "bytes", "text", "end", "cancel"}
-    assert len(data["facts"]["writes"]) == PLAN.events and data["facts"]["relay"]["kind"] == "bursts"
+    assert len(data["facts"]["writes"]) == len(PLAN.cuts) and data["facts"]["relay"]["kind"] == "bursts"
     svg = report.svg()
     assert svg is not None
     root = ET.fromstring(svg)  # well-formed, self-contained
     lines = [e for e in root.iter("{http://www.w3.org/2000/svg}line") if e.find("{*}title") is not None]
-    assert len(lines) == PLAN.events  # one send→arrival line per write
+    assert len(lines) == len(PLAN.cuts)  # one send→arrival line per write
     html = report.render_html()
     assert "<svg" in html and "http://a&lt;b&gt;" in html and "<b>hop</b>" in html
     chat_svg = diagnose_chat(chat(chat_body(["a", "b", "c", "d", "e"]), headers=held)).svg()
@@ -300,3 +303,16 @@ def test_the_doctor_core_is_sans_io() -> None:
                     path.name,
                     line,
                 )
+
+
+def test_a_cut_the_server_saw_as_a_close_names_the_hop_that_closed_it() -> None:
+    cut = record(writes=3, headers={**SSE, "server": "Caddy, uvicorn"})
+    status = {"state": "cancelled", "cancelled_after_ms": 4.2}
+    end = diagnose_diagnostic(cut, PLAN, status=status).check("end")
+    assert (
+        end.status is Status.FAIL
+        and "the server saw its connection close 4 ms into the stream" in end.message
+    )
+    assert end.hop == "Caddy closed its connection to the server mid-stream (Server: Caddy, uvicorn)"
+    plain = diagnose_diagnostic(cut, PLAN).check("end")  # no status: it cannot say who closed
+    assert plain.hop is not None and plain.hop.startswith("a hop that closed the stream")

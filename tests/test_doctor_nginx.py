@@ -20,7 +20,8 @@ import pytest
 from _uvicorn import serve
 from nginx.harness import NGINX, nginx_proxy
 from tokenrelay import load_tokenizer
-from tokenrelay.doctor._checks import FIX_COMPRESSION, FIX_NGINX
+from tokenrelay.doctor._checks import FIX_NGINX
+from tokenrelay.doctor._proxies import NGINX as NGINX_PROXY
 from tokenrelay.doctor._report import Report, Status
 from tokenrelay.doctor.probe import DoctorOptions, run_doctor
 from tokenrelay.engines import ReplayEngine
@@ -63,7 +64,8 @@ async def test_ignored_x_accel_buffering_with_small_buffers_is_bursts(upstream_p
     report = await doctor(upstream_port, "ignore-accel-small-buffers")
     timing = report.check("timing")
     assert timing.status is Status.FAIL and timing.message.startswith("bursts of "), report.render_text()
-    assert timing.hop == "nginx proxy buffering" and timing.fix == FIX_NGINX
+    assert timing.hop is not None and timing.hop.startswith("nginx buffering (Server: nginx")
+    assert timing.fix == FIX_NGINX
     relay = report.facts["relay"]
     assert (
         isinstance(relay, dict)
@@ -86,5 +88,8 @@ async def test_gzip_behind_proxy_buffering_is_one_lump_pointing_at_compression(u
     assert timing.status is Status.FAIL and timing.message.startswith("one lump at the end"), (
         report.render_text()
     )
-    assert timing.hop == "compression (Content-Encoding: gzip)" and timing.fix == FIX_COMPRESSION
+    assert timing.hop is not None and timing.hop.startswith(
+        "nginx's compression (Content-Encoding: gzip; Server: nginx"
+    )
+    assert timing.fix == NGINX_PROXY.compression and "gzip_types" in timing.fix
     assert report.check("content-encoding").status is Status.FAIL

@@ -73,7 +73,8 @@ def test_bytes_depend_on_stream_seed_events_eol_but_not_cadence() -> None:
 @given(seed=st.integers(0, 2**31 - 1), events=st.integers(1, 40), eol=st.sampled_from(list(EOLS)))
 def test_cuts_cover_the_body_exactly_once(seed: int, events: int, eol: str) -> None:
     p = plan(seed=seed, events=events, eol=eol)
-    assert len(p.cuts) == events
+    assert len(p.cuts) == events + 1  # the opening comment, then the events' random cuts
+    assert p.body[: p.cuts[0][1]] == f": stream open{EOLS[eol] * 2}".encode()
     position = 0
     for offset, size in p.cuts:
         assert offset == position and size >= 1

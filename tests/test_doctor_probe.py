@@ -16,9 +16,10 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import tokenrelay
 from _uvicorn import serve
 from tokenrelay import cli, load_tokenizer
-from tokenrelay.doctor._checks import FIX_NAIVE_SPLIT, FIX_WHOLE_BODY
+from tokenrelay.doctor._checks import FIX_WHOLE_BODY
 from tokenrelay.doctor._report import Status
 from tokenrelay.doctor.probe import DoctorOptions, endpoints, run_doctor
 from tokenrelay.engines import ReplayEngine
@@ -84,14 +85,14 @@ async def test_tokenrelay_server_direct_passes(relay: str) -> None:
         "x-accel-buffering",
     ):
         assert report.check(name).status is Status.PASS, report.render_text()
-    assert report.check("framing").fix == FIX_NAIVE_SPLIT  # the CRLF stream a naive client would misread
+    assert report.check("framing").fix is None  # the probe's own CRLF is not the deployment's to fix
 
 
 async def test_whole_body_middleware_is_a_lump_pointing_at_it() -> None:
     with serve(ETagMiddleware(relay_app())) as url:
         report = await run_doctor(url, DoctorOptions(events=30, cadence_ms=50.0, seed=3))
     timing = report.check("timing")
-    assert timing.status is Status.FAIL and timing.message.startswith("one lump at the end: 30 of 30")
+    assert timing.status is Status.FAIL and timing.message.startswith("one lump at the end: 31 of 31")
     assert timing.hop is not None and timing.hop.startswith("middleware that needs the whole body (ETag")
     assert timing.fix == FIX_WHOLE_BODY and report.exit_status == 1
     assert report.check("bytes").status is Status.PASS  # held, not damaged
@@ -170,10 +171,15 @@ def test_cli_doctor_writes_table_json_svg_and_html(
     ]
     assert cli.main(argv) == 0
     table = capsysbinary.readouterr().out.decode("utf-8")
-    assert table.startswith(f"tokenrelay doctor {relay}  (diagnostics)")
-    assert "PASS  timing" in table and "SKIP  cancel" in table
+    assert table.startswith(f"tokenrelay doctor {relay}  (diagnostics, tokenrelay {tokenrelay.__version__}, ")
+    assert "PASS  timing" in table and "SKIP  cancel" in table and "seed 9 (replay: --seed 9)" in table
     ET.fromstring(svg.read_text("utf-8"))
-    assert "<svg" in html.read_text("utf-8")
+    page = html.read_text("utf-8")
+    assert (
+        "<svg" in page
+        and f"target: <code>{relay}</code>" in page
+        and f"tokenrelay {tokenrelay.__version__}" in page
+    )
     assert cli.main(["doctor", relay, "--events", "20", "--no-cancel", "--json"]) == 0
     data = json.loads(capsysbinary.readouterr().out)
     assert data["ok"] is True and data["facts"]["plan"]["events"] == "20"
@@ -184,3 +190,38 @@ def test_cli_doctor_exit_status_on_fail_and_usage_error(capsysbinary: pytest.Cap
     assert "FAIL  connect" in capsysbinary.readouterr().out.decode()
     assert cli.main(["doctor", "http://127.0.0.1:9", "-H", "no colon"]) == 2
     assert "--header wants" in capsysbinary.readouterr().err.decode()
+
+
+class RequireKey:
+    """Lets a request through only with ``Authorization: Bearer KEY``, as a server with an API key does."""
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app, self.key = app, key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and (b"authorization", f"Bearer {self.key}".encode()) not in scope["headers"]
+        ):
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+            return
+        await self.app(scope, receive, send)
+
+
+def test_cli_doctor_sends_the_api_key_from_the_option_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    with serve(RequireKey(relay_app(), "k-123")) as url:
+        argv = ["doctor", url, "--mode", "diagnostics", "--events", "10", "--json"]
+        monkeypatch.delenv("TOKENRELAY_API_KEY", raising=False)
+        assert cli.main(argv) == 1
+        assert "HTTP 401" in capsysbinary.readouterr().out.decode()
+        assert cli.main([*argv, "--api-key", "k-123"]) == 0
+        first = json.loads(capsysbinary.readouterr().out)
+        monkeypatch.setenv("TOKENRELAY_API_KEY", "k-123")
+        assert cli.main(argv) == 0
+        second = json.loads(capsysbinary.readouterr().out)
+    for data in (first, second):  # the stream and the status endpoint (cancel) both got the key
+        checks = {c["check"]: c["status"] for c in data["checks"]}
+        assert checks["timing"] == "PASS" and checks["cancel"] == "PASS"

@@ -1,23 +1,23 @@
 """The checks both modes share: headers, who to blame for a hold, latency, the end of the stream, cancelling.
 
 Sans-I/O, standard library only. Every problem names the hop it points to and the fix, worded for the person
-who runs the proxy; the rules for *which* hop are evidence first:
-
-=========================================  ==================================================================
-evidence                                   hop blamed for a held stream
-=========================================  ==================================================================
-``Content-Encoding`` other than identity   compression: a compressor emits when its buffer fills, unless
-                                           each write is flushed (nginx gzip with proxy buffering on)
-``ETag`` or ``Content-Length`` on a stream  middleware that needs the whole body to hash or measure it
-``Server: nginx`` (or ``Via``)             that proxy's response buffering
-nothing                                    "a buffering hop": reverse proxy, CDN or middleware
-=========================================  ==================================================================
+who runs the proxy; which hop, and that hop's own directive, come from :mod:`tokenrelay.doctor._proxies`
+(the headers each proxy leaves, and the shape of the hold).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tokenrelay.doctor._proxies import (
+    COMPRESSION,
+    MIDDLEWARE,
+    NGINX,
+    PROXIES,
+    blame,
+    candidates,
+    sightings,
+)
 from tokenrelay.doctor._recording import CancelObservation, Exchange, TimedEvent
 from tokenrelay.doctor._report import Check, Status
 from tokenrelay.doctor._verdict import Relay, RelayKind
@@ -27,7 +27,6 @@ __all__ = [
     "FIX_COMPRESSION",
     "FIX_NAIVE_SPLIT",
     "FIX_NGINX",
-    "FIX_PROXY",
     "FIX_WHOLE_BODY",
     "cancel_check",
     "culprit",
@@ -35,53 +34,27 @@ __all__ = [
     "end_check",
     "first_with_text",
     "header_checks",
+    "late_headers",
     "latency_check",
     "proxy_name",
     "timing_check",
 ]
 
-FIX_NGINX = (
-    "nginx proxy_buffering: send X-Accel-Buffering: no (and keep it out of proxy_ignore_headers) "
-    "or set proxy_buffering off for this location"
-)
-FIX_PROXY = (
-    "turn off response buffering for text/event-stream at the proxy "
-    "(nginx: proxy_buffering off; Apache mod_proxy: flushpackets=on; a CDN: bypass its cache for the stream)"
-)
-FIX_COMPRESSION = (
-    "gzip: exclude text/event-stream from compression (nginx: drop it from gzip_types; GZipMiddleware and "
-    "similar: skip text/event-stream); if the stream is still held after that, look at proxy buffering"
-)
-FIX_WHOLE_BODY = (
-    "exclude text/event-stream from middleware that needs the whole body "
-    "(ETag hashing, Content-Length, response caching, body logging)"
-)
+FIX_NGINX = NGINX.buffering
+FIX_COMPRESSION = candidates(COMPRESSION)
+FIX_WHOLE_BODY = MIDDLEWARE.buffering
 FIX_NAIVE_SPLIT = "client splits on \\n\\n: accept CR, LF and CRLF line ends (WHATWG event-stream parsing)"
 FIX_CANCEL = (
     "make every hop pass the client's close upstream (nginx: proxy_ignore_client_abort off, the default) "
     "and make the server stop generating on http.disconnect"
 )
 
-_KNOWN_PROXIES = (
-    "nginx",
-    "envoy",
-    "caddy",
-    "traefik",
-    "apache",
-    "haproxy",
-    "varnish",
-    "cloudflare",
-    "openresty",
-)
-
 
 def proxy_name(exchange: Exchange) -> str | None:
-    """The proxy the response names in ``Server`` or ``Via``, if any."""
-    for header in ("server", "via"):
-        value = (exchange.header(header) or "").lower()
-        for name in _KNOWN_PROXIES:
-            if name in value:
-                return "nginx" if name == "openresty" else name
+    """The first proxy the response's headers name (``Server``, ``Via``, ``X-Varnish``, CDN ids…), if any."""
+    named = sightings(exchange.headers)
+    if named:
+        return PROXIES[named[0].proxy].key
     via = exchange.header("via")
     return f"a proxy (Via: {via})" if via else None
 
@@ -92,20 +65,25 @@ def encoding(exchange: Exchange) -> str | None:
     return None if value in ("", "identity") else value
 
 
-def culprit(exchange: Exchange) -> tuple[str, str]:
-    """``(hop, fix)`` for a held stream, by the evidence in the module docstring."""
-    coding = encoding(exchange)
-    if coding:
-        return f"compression (Content-Encoding: {coding})", FIX_COMPRESSION
-    whole = [name for name in ("ETag", "Content-Length") if exchange.header(name) is not None]
-    if whole:
-        return f"middleware that needs the whole body ({' and '.join(whole)} on a stream)", FIX_WHOLE_BODY
-    proxy = proxy_name(exchange)
-    if proxy == "nginx":
-        return "nginx proxy buffering", FIX_NGINX
-    return (
-        f"{proxy} buffering" if proxy else "a buffering hop (reverse proxy, CDN or middleware)"
-    ), FIX_PROXY
+def late_headers(exchange: Exchange) -> bool:
+    """The headers arrived with the body's first bytes, well after the request: a hop that held the whole
+    response held its headers too (a server streaming on its own sends them first)."""
+    if not exchange.chunks:
+        return False
+    first = exchange.chunks[0].at_ms
+    return exchange.headers_ms >= 150.0 and first - exchange.headers_ms < 20.0
+
+
+def culprit(exchange: Exchange, relay: Relay | None = None) -> tuple[str, str]:
+    """``(hop, fix)`` for a held stream, by :func:`tokenrelay.doctor._proxies.blame`."""
+    bursts = relay is not None and relay.kind is RelayKind.BURSTS
+    found = blame(
+        exchange.headers,
+        coding=encoding(exchange),
+        bursts_period_ms=relay.burst_period_ms if bursts and relay is not None else None,
+        burst_items=relay.burst_items if bursts and relay is not None else 0,
+    )
+    return found.hop, found.fix
 
 
 def header_checks(exchange: Exchange, relay: Relay | None) -> list[Check]:
@@ -183,19 +161,21 @@ def _encoding_check(exchange: Exchange, relay: Relay | None) -> Check:
     decoded = len(exchange.body)
     ratio = f"{exchange.wire_bytes} B on the wire for {decoded} B"
     if relay is not None and relay.kind in (RelayKind.LUMP, RelayKind.BURSTS, RelayKind.INITIAL_HOLD):
-        hop, fix = culprit(exchange)
+        hop, fix = culprit(exchange, relay)
         return Check(
             Status.FAIL, "content-encoding", f"{coding} ({ratio}), and the stream was held", hop, fix
         )
     verdict = (
         "events still arrived one by one" if relay and relay.kind is RelayKind.STREAMING else "see timing"
     )
+    named = sightings(exchange.headers)
+    proxy = PROXIES[named[0].proxy] if named else None
     return Check(
         Status.WARN,
         "content-encoding",
         f"{coding} ({ratio}): {verdict}; a hop that buffers compressed data would hold it",
-        hop=f"compression ({coding})",
-        fix=FIX_COMPRESSION,
+        hop=f"compression ({coding}" + (f"; {named[0].evidence})" if named else ")"),
+        fix=proxy.compression if proxy is not None else FIX_COMPRESSION,
     )
 
 
@@ -207,11 +187,15 @@ def timing_check(exchange: Exchange, relay: Relay, *, send_times: bool) -> Check
         return Check(Status.INFO, "timing", relay.describe())
     if kind is RelayKind.STREAMING:
         return Check(Status.PASS, "timing", relay.describe())
-    hop, fix = culprit(exchange)
-    evidence = encoding(exchange) or exchange.header("etag") or exchange.header("content-length")
+    hop, fix = culprit(exchange, relay)
     if not send_times:
+        evidence = _hold_evidence(exchange)
         status = Status.FAIL if kind is RelayKind.LUMP and evidence else Status.WARN
-        note = "" if status is Status.FAIL else " (without send times a hop and server batching look alike)"
+        note = (
+            f" ({'; '.join(evidence)})"
+            if status is Status.FAIL
+            else " (without send times a hop and server batching look alike)"
+        )
         return Check(status, "timing", relay.describe() + note, hop, fix)
     if kind is RelayKind.IRREGULAR:
         return Check(
@@ -224,6 +208,21 @@ def timing_check(exchange: Exchange, relay: Relay, *, send_times: bool) -> Check
     if kind is RelayKind.INITIAL_HOLD and relay.holds and relay.holds[0] < 1000.0:
         return Check(Status.WARN, "timing", relay.describe(), hop, fix)
     return Check(Status.FAIL, "timing", relay.describe(), hop, fix)
+
+
+def _hold_evidence(exchange: Exchange) -> list[str]:
+    """What shows, without send times, that a hop held the stream rather than the server batching it."""
+    evidence = [
+        f"{name}: {value}"
+        for name in ("content-encoding", "etag", "content-length")
+        if (value := exchange.header(name)) is not None and (name != "content-encoding" or encoding(exchange))
+    ]
+    if late_headers(exchange):
+        evidence.append(
+            f"the headers came only with the body, {exchange.headers_ms:.0f} ms after the request"
+        )
+    evidence += [s.evidence for s in sightings(exchange.headers)]
+    return evidence
 
 
 def latency_check(exchange: Exchange, first_word: TimedEvent | None) -> Check:
@@ -280,11 +279,33 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def end_check(exchange: Exchange, complete: bool, truncated: bool, detail: str) -> Check:
-    """PASS when the stream ended as the protocol says it should; otherwise point at whoever cut it."""
+def end_check(
+    exchange: Exchange,
+    complete: bool,
+    truncated: bool,
+    detail: str,
+    *,
+    server_saw_close_ms: float | None = None,
+) -> Check:
+    """PASS when the stream ended as the protocol says it should; otherwise point at whoever cut it.
+    ``server_saw_close_ms``: the diagnostic stream's status says the server saw its connection close that
+    long into the stream, while this client was still reading: a hop closed its upstream connection."""
     if complete and not truncated and exchange.error is None:
         return Check(Status.PASS, "end", detail)
     why = f"; {exchange.error}" if exchange.error else ""
+    if server_saw_close_ms is not None:
+        named = sightings(exchange.headers)
+        proxy = PROXIES[named[0].proxy].name if named else "a hop"
+        return Check(
+            Status.FAIL,
+            "end",
+            f"the stream stopped early after {len(exchange.body)} bytes{why}; the server saw its connection "
+            f"close {server_saw_close_ms:.0f} ms into the stream while this client was still reading",
+            hop=f"{proxy} closed its connection to the server mid-stream"
+            + (f" ({named[0].evidence})" if named else ""),
+            fix="look at that hop's upstream timeouts and connection reuse (keep-alive) towards the server, and "
+            "at its error log for the moment of the cut; run the doctor again to see how often it happens",
+        )
     return Check(
         Status.FAIL,
         "end",

@@ -139,6 +139,14 @@ def _find_schedule(events: list[TimedEvent], status: Mapping[str, object] | None
     return None
 
 
+def _server_saw_close(status: Mapping[str, object] | None) -> float | None:
+    """When the server saw the client leave, from the status endpoint (None: it did not, or cannot say)."""
+    if status is None or status.get("state") != "cancelled":
+        return None
+    after = status.get("cancelled_after_ms")
+    return float(after) if isinstance(after, (int, float)) else None
+
+
 def _bytes_check(exchange: Exchange, plan: DiagnosticPlan) -> Check:
     body, expected = exchange.body, plan.body
     if body[: len(expected)] != expected[: len(body)]:
@@ -146,7 +154,7 @@ def _bytes_check(exchange: Exchange, plan: DiagnosticPlan) -> Check:
     return Check(
         Status.PASS,
         "bytes",
-        f"{min(len(body), len(expected))} of {len(expected)} bytes identical to what was sent in {plan.events} "
+        f"{min(len(body), len(expected))} of {len(expected)} bytes identical to what was sent in {len(plan.cuts)} "
         f"writes ({plan.cuts_inside_characters()} cuts inside a UTF-8 character, {plan.cuts_inside_crlf()} "
         "between CR and LF)",
     )
@@ -201,7 +209,10 @@ def diagnose_diagnostic(
         arrived = [(w, a) for w, a in zip(schedule.writes, arrivals, strict=True) if a is not None]
         relay = judge_relay([w[0] for w, _ in arrived], [a for _, a in arrived], [w[2] for w, _ in arrived])
 
-    checks = [Check(Status.PASS if exchange.status == 200 else Status.FAIL, "status", str(exchange.status))]
+    checks = [
+        Check(Status.INFO, "probe", _probe_line(exchange, plan)),
+        Check(Status.PASS if exchange.status == 200 else Status.FAIL, "status", str(exchange.status)),
+    ]
     checks += header_checks(exchange, relay)
     if relay is not None:
         checks.append(timing_check(exchange, relay, send_times=True))
@@ -210,6 +221,8 @@ def diagnose_diagnostic(
     checks.append(latency_check(exchange, first_with_text(texts)))
     checks.append(_bytes_check(exchange, plan))
     checks.append(_text_check(texts, bad, parse_error))
+    # The probe picked these line ends, not the deployment (tokenrelay's chat streams use LF), so the
+    # naive-splitter fix is printed only for a stream whose own line ends call for it (chat mode).
     naive = naive_event_count(exchange.body)
     checks.append(
         Check(
@@ -217,12 +230,17 @@ def diagnose_diagnostic(
             "framing",
             f"{plan.eol.upper()} line ends: parsed {len(texts)} events; a client splitting on \\n\\n would "
             f"see {naive}",
-            fix=FIX_NAIVE_SPLIT if naive < len(texts) else None,
         )
     )
     complete = done and schedule is not None and len(texts) == plan.events
     checks.append(
-        end_check(exchange, complete, truncated, f"complete: {plan.events} events, schedule, [DONE]")
+        end_check(
+            exchange,
+            complete,
+            truncated,
+            f"complete: {plan.events} events, schedule, [DONE]",
+            server_saw_close_ms=_server_saw_close(status),
+        )
     )
     checks.append(cancel_check(cancel, plan.cadence_ms))
 
@@ -244,6 +262,14 @@ def diagnose_diagnostic(
     if cancel is not None:
         facts["cancel"] = asdict(cancel)
     return Report(url or exchange.url, "diagnostics", checks, timeline, facts)
+
+
+def _probe_line(exchange: Exchange, plan: DiagnosticPlan) -> str:
+    """What was asked for, with the seed to replay it (``tokenrelay doctor URL --seed S``)."""
+    return (
+        f"{exchange.method} diagnostic stream: {plan.events} events {plan.cadence_ms:g} ms apart in "
+        f"{len(plan.cuts)} writes, {plan.eol.upper()}, seed {plan.seed} (replay: --seed {plan.seed})"
+    )
 
 
 def _chat_text_check(text: str) -> Check:
@@ -270,13 +296,21 @@ def _chat_text_check(text: str) -> Check:
 
 def _chat_framing_check(body: bytes, events: int) -> Check:
     ends = line_ends(body)
+    naive = naive_event_count(body)
     if not ends["crlf"] and not ends["cr"]:
         return Check(Status.PASS, "framing", f"LF line ends; {events} events")
+    if naive >= events:  # CR or CRLF somewhere, but not where a naive splitter would lose an event
+        return Check(
+            Status.PASS,
+            "framing",
+            f"line ends: {ends['crlf']} CRLF, {ends['cr']} CR, {ends['lf']} LF; a client splitting on \\n\\n "
+            f"still sees all {events} events",
+        )
     return Check(
         Status.WARN,
         "framing",
         f"line ends: {ends['crlf']} CRLF, {ends['cr']} CR, {ends['lf']} LF (valid SSE); a client "
-        f"splitting on \\n\\n would see {naive_event_count(body)} of {events} events",
+        f"splitting on \\n\\n would see {naive} of {events} events",
         hop="clients of this endpoint",
         fix=FIX_NAIVE_SPLIT,
     )

@@ -12,10 +12,14 @@ The body is a pure function of ``(stream, seed, events, eol)``:
 * :data:`SAMPLE` holds what breaks relays: 4-byte emoji, a ZWJ sequence, a skin-tone modifier, the 3-byte
   ideographic full stop, Devanagari with virama and vowel signs, a combining acute accent (a hop that
   normalises Unicode changes it) and a *literal* U+FFFD, so that exactly one per event is expected.
-* The body is cut at ``events - 1`` distinct offsets drawn with ``random.Random(seed)``: as many writes as
-  events, of random sizes, landing inside UTF-8 sequences and between CR and LF as chance has it.
+* The body opens with the comment ``: stream open`` (:data:`OPENING_COMMENT`), sent alone as write 0, as
+  tokenrelay's chat stream opens (``server.responses.OPENING``): a hop that decides from the first write
+  (Caddy's ``encode`` compresses only when the first write is at least 512 bytes) must decide as it does for
+  a chat stream, or the probe would measure a set-up the chat streams never see.
+* The events after it are cut at ``events - 1`` distinct offsets drawn with ``random.Random(seed)``: as many
+  writes as events, of random sizes, landing inside UTF-8 sequences and between CR and LF as chance has it.
 
-Write ``i`` is sent ``i * cadence`` after the first. The send times cannot be inside the writes they time
+Write ``i`` (the opening is write 0) is sent ``i * cadence`` after the first. The send times cannot be inside the writes they time
 (the body is fixed before it is sent), so they travel after it: one last write holds an ``event: schedule``
 whose data is :class:`Schedule` (every write's send time in ms since the response began, its byte offset and
 size, the plan's parameters, the body's length and SHA-256), then ``data: [DONE]``. The server also keeps the
@@ -33,12 +37,23 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-__all__ = ["EOLS", "MODEL", "SAMPLE", "DiagnosticPlan", "Schedule", "event_text", "parse_schedule"]
+__all__ = [
+    "EOLS",
+    "MODEL",
+    "OPENING_COMMENT",
+    "SAMPLE",
+    "DiagnosticPlan",
+    "Schedule",
+    "event_text",
+    "parse_schedule",
+]
 
 SAMPLE = "🦙 👩\u200d💻 🙏🏽 日本語の文。 नमस्ते हिन्दी e\u0301 literal\ufffd end"
 """The text every event carries after its ``[k]`` prefix (the ``é`` is ``e`` + U+0301)."""
 
 MODEL = "tokenrelay-diagnostics"
+OPENING_COMMENT = ": stream open"
+"""The comment line the body opens with (a chat stream's first write; see the module docstring)."""
 EOLS = {"crlf": "\r\n", "lf": "\n", "cr": "\r"}
 _MAX_EVENTS = 100_000
 
@@ -88,25 +103,43 @@ class DiagnosticPlan:
     def body(self) -> bytes:
         """Every payload event, in order, as the bytes the writes are cut from."""
         eol = EOLS[self.eol]
-        return "".join(
-            f"id: {k}{eol}data: {_chunk_json(self.stream, k)}{eol}{eol}" for k in range(self.events)
+        return (
+            self.opening
+            + "".join(
+                f"id: {k}{eol}data: {_chunk_json(self.stream, k)}{eol}{eol}" for k in range(self.events)
+            )
         ).encode("utf-8")
+
+    @property
+    def opening(self) -> str:
+        """The first write: the opening comment and a blank line."""
+        return f"{OPENING_COMMENT}{EOLS[self.eol] * 2}"
 
     @cached_property
     def cuts(self) -> tuple[tuple[int, int], ...]:
-        """``(offset, size)`` of each write: ``events`` writes, cut at seeded random offsets."""
-        body = self.body
-        points = sorted(random.Random(self.seed).sample(range(1, len(body)), self.events - 1))
-        bounds = [0, *points, len(body)]
+        """``(offset, size)`` of each write: the opening, then ``events`` writes cut at seeded random offsets."""
+        body, start = self.body, len(self.opening)
+        points = sorted(random.Random(self.seed).sample(range(start + 1, len(body)), self.events - 1))
+        bounds = [0, start, *points, len(body)]
         return tuple((a, b - a) for a, b in itertools.pairwise(bounds))
 
     def cuts_inside_characters(self) -> int:
         """How many cuts fall inside a UTF-8 sequence (the byte after the cut is a continuation byte)."""
-        return sum(1 for offset, _ in self.cuts[1:] if self.body[offset] & 0xC0 == 0x80)
+        return sum(1 for offset, _ in self.cuts[2:] if self.body[offset] & 0xC0 == 0x80)
 
     def cuts_inside_crlf(self) -> int:
         """How many cuts fall between the CR and the LF of a CRLF."""
-        return sum(1 for offset, _ in self.cuts[1:] if self.body[offset - 1 : offset + 1] == b"\r\n")
+        return sum(1 for offset, _ in self.cuts[2:] if self.body[offset - 1 : offset + 1] == b"\r\n")
+
+    def request_json(self) -> dict[str, object]:
+        """The JSON body of a POST that asks a server for this plan (the doctor's probe)."""
+        return {
+            "stream": self.stream,
+            "seed": self.seed,
+            "events": self.events,
+            "cadence_ms": self.cadence_ms,
+            "eol": self.eol,
+        }
 
     def query(self) -> dict[str, str]:
         """The query parameters that ask a server for this plan."""
@@ -118,10 +151,11 @@ class DiagnosticPlan:
             "eol": self.eol,
         }
 
-    def trailer(self, schedule: Schedule) -> bytes:
-        """The last write: the schedule event, then ``data: [DONE]``."""
+    def trailer(self, schedule: Schedule | Mapping[str, object]) -> bytes:
+        """The last write: the schedule event (a :class:`Schedule` or its JSON object), then ``data: [DONE]``."""
         eol = EOLS[self.eol]
-        data = json.dumps(schedule.to_json(), separators=(",", ":"))
+        obj = schedule.to_json() if isinstance(schedule, Schedule) else dict(schedule)
+        data = json.dumps(obj, separators=(",", ":"))
         return f"event: schedule{eol}data: {data}{eol}{eol}data: [DONE]{eol}{eol}".encode()
 
 

@@ -55,6 +55,7 @@ class Exchange:
     headers_ms: float
     chunks: Sequence[Chunk]
     error: str | None = None
+    method: str = "POST"
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())

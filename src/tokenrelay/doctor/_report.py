@@ -14,7 +14,7 @@ from html import escape
 
 from tokenrelay.doctor._timeline import Timeline, render_svg
 
-__all__ = ["Check", "Report", "Status"]
+__all__ = ["Check", "Report", "Status", "html_page"]
 
 
 class Status(str, Enum):
@@ -52,6 +52,8 @@ class Report:
     checks: Sequence[Check]
     timeline: Timeline | None = None
     facts: Mapping[str, object] = field(default_factory=dict)
+    version: str | None = None  # tokenrelay's, filled in by the probe
+    time: str | None = None  # when the run started, ISO 8601 UTC, filled in by the probe
 
     @property
     def failed(self) -> bool:
@@ -73,6 +75,8 @@ class Report:
         return {
             "url": self.url,
             "mode": self.mode,
+            "version": self.version,
+            "time": self.time,
             "ok": not self.failed,
             "checks": [check.to_json() for check in self.checks],
             "facts": dict(self.facts),
@@ -84,24 +88,35 @@ class Report:
     def render_text(self) -> str:
         """The terminal table: one line per check, each problem followed by its hop and fix."""
         width = max((len(check.name) for check in self.checks), default=0)
-        lines = [f"tokenrelay doctor {self.url}  ({self.mode})"]
+        lines = [f"tokenrelay doctor {self.url}  ({self.mode}{self._stamp(', ')})"]
         for check in self.checks:
             lines.append(f"{check.status.value}  {check.name.ljust(width)}  {check.message}")
             pad = " " * (6 + width + 2)
             if check.hop:
                 lines.append(f"{pad}hop: {check.hop}")
-            if check.fix:
-                lines.append(f"{pad}fix: {check.fix}")
+            if check.fix:  # a list of candidates ("a | b | c") gets a line each
+                head, *rest = check.fix.split(" | ")
+                lines.append(f"{pad}fix: {head}")
+                lines.extend(f"{pad}     {item}" for item in rest)
         counts = {s: sum(1 for c in self.checks if c.status is s) for s in Status}
         summary = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
         lines.append(f"{'FAILED' if self.failed else 'OK'}: {summary}")
         return "\n".join(lines) + "\n"
 
+    def _stamp(self, sep: str) -> str:
+        parts = [f"tokenrelay {self.version}" if self.version else "", self.time or ""]
+        return "".join(sep + part for part in parts if part)
+
     def render_json(self) -> str:
         return json.dumps(self.to_json(), ensure_ascii=False, indent=2) + "\n"
 
     def render_html(self) -> str:
-        """A self-contained page: the table, the timeline picture inline, and the facts as JSON."""
+        """A self-contained page: target, version and time, the table, the timeline picture inline, and the
+        facts as JSON."""
+        return html_page(f"tokenrelay doctor {self.url}", self.html_section())
+
+    def html_section(self) -> str:
+        """The page's body for this report (a chain's page holds one per hop)."""
         rows = []
         for check in self.checks:
             detail = escape(check.message)
@@ -115,22 +130,33 @@ class Report:
             )
         svg = self.svg() or ""
         facts = escape(json.dumps(dict(self.facts), ensure_ascii=False, indent=2))
-        title = escape(f"tokenrelay doctor {self.url}")
-        return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
-table {{ border-collapse: collapse; margin-bottom: 1.5rem; }}
-td {{ padding: .35rem .7rem; border-bottom: 1px solid #eee; vertical-align: top; }}
-tr td:first-child {{ font-weight: bold; font-family: monospace; }}
-tr.pass td:first-child {{ color: #2a9d4b; }} tr.warn td:first-child {{ color: #d98b00; }}
-tr.fail td:first-child {{ color: #d1343a; }} tr.info td:first-child, tr.skip td:first-child {{ color: #777; }}
-pre {{ background: #f6f6f6; padding: 1rem; overflow: auto; }}
-</style></head><body>
-<h1>{title}</h1>
-<p>{"FAILED" if self.failed else "OK"} · mode: {escape(self.mode)}</p>
+        return f"""<section>
+<h2>{escape(self.url)}</h2>
+<p class="meta">{"FAILED" if self.failed else "OK"} · target: <code>{escape(self.url)}</code> · mode: \
+{escape(self.mode)}{escape(self._stamp(" · "))}</p>
 <table>{"".join(rows)}</table>
 {svg}
 <details><summary>measurements</summary><pre>{facts}</pre></details>
+</section>"""
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
+table { border-collapse: collapse; margin-bottom: 1.5rem; }
+td { padding: .35rem .7rem; border-bottom: 1px solid #eee; vertical-align: top; }
+tr td:first-child { font-weight: bold; font-family: monospace; }
+tr.pass td:first-child { color: #2a9d4b; } tr.warn td:first-child { color: #d98b00; }
+tr.fail td:first-child { color: #d1343a; } tr.info td:first-child, tr.skip td:first-child { color: #777; }
+pre { background: #f6f6f6; padding: 1rem; overflow: auto; }
+"""
+
+
+def html_page(title: str, body: str) -> str:
+    """A whole HTML page around ``body`` (one or more report sections)."""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
+<style>{_STYLE}</style></head><body>
+<h1>{escape(title)}</h1>
+{body}
 </body></html>
 """

@@ -1,5 +1,8 @@
 """``tokenrelay doctor URL``: options and the run, for ``tokenrelay.cli``'s ``COMMANDS`` list.
 
+With ``--via URL2 --via URL3`` it probes a chain, each URL one hop further from the server than the one
+before (origin, internal load balancer, public URL), and says which hop adds the hold.
+
 Prints the PASS/WARN/FAIL table (or, with ``--json``, the report as JSON) on stdout; ``--svg`` and ``--html``
 also write the timeline picture and a page holding both. Exit status: 0 when nothing failed, 1 on any FAIL
 (so CI can run the doctor through its production proxy), 2 for a usage error.
@@ -9,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 
 from tokenrelay._errors import ConfigError
+from tokenrelay.doctor._chain import ChainReport
 from tokenrelay.doctor._payload import EOLS
+from tokenrelay.doctor._report import Report
 
 __all__ = ["HELP", "configure", "run"]
 
@@ -22,6 +28,20 @@ HELP = "check that a deployment streams: which hop holds or breaks the stream"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", help="the server's base URL (http://host:port, or .../v1, or either endpoint)")
+    parser.add_argument(
+        "--via",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="the same server one hop further out (repeat: load balancer, then public URL); probes each hop "
+        "in one run and names the hop that adds the hold",
+    )
+    parser.add_argument(
+        "--browser",
+        action="store_true",
+        help="run the probe in headless Chromium through URL/doctor: adds the browser's lanes (parse, render, "
+        "paint) to the report",
+    )
     parser.add_argument("--json", action="store_true", help="write the report as JSON instead of a table")
     parser.add_argument("--svg", type=Path, metavar="PATH", help="write the timeline picture (SVG) here")
     parser.add_argument(
@@ -37,11 +57,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-H", "--header", action="append", default=[], metavar="'NAME: VALUE'", help="extra request header"
     )
-    parser.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("TOKENRELAY_API_KEY"),
+        help="sent as 'Authorization: Bearer KEY' (default: $TOKENRELAY_API_KEY)",
+    )
     diag = parser.add_argument_group("diagnostic stream")
     diag.add_argument("--events", type=int, default=60, help="events (and writes) in the stream")
     diag.add_argument("--cadence-ms", type=float, default=50.0, help="time between writes")
-    diag.add_argument("--seed", type=int, help="seed of the random cut offsets (default: random, reported)")
+    diag.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the random cut offsets (default: random, printed in the table to replay)",
+    )
     diag.add_argument("--eol", choices=tuple(EOLS), default="crlf", help="line ends of the stream")
     diag.add_argument("--no-cancel", action="store_true", help="skip the close-mid-stream check")
     chat = parser.add_argument_group("chat request (any OpenAI-compatible endpoint)")
@@ -62,7 +90,7 @@ def _headers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenrelay.doctor.probe import DoctorOptions, run_doctor
+    from tokenrelay.doctor.probe import DoctorOptions, run_chain, run_doctor
 
     if args.events < 1 or args.cadence_ms < 0:
         raise ConfigError("--events must be at least 1 and --cadence-ms not negative")
@@ -78,13 +106,48 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         headers=_headers(args),
     )
-    report = asyncio.run(run_doctor(args.url, options))
+    if args.browser:
+        return _run_browser(args)
+    report: Report | ChainReport
+    if args.via:
+        report = asyncio.run(run_chain([args.url, *args.via], options))
+    else:
+        report = asyncio.run(run_doctor(args.url, options))
     svg = report.svg()
     if args.svg is not None and svg is not None:
         args.svg.write_text(svg, encoding="utf-8")
     if args.html is not None:
         args.html.write_text(report.render_html(), encoding="utf-8")
-    text = report.render_json() if args.json else report.render_text()
+    _print(report.render_json() if args.json else report.render_text())
+    return report.exit_status
+
+
+def _run_browser(args: argparse.Namespace) -> int:
+    import json
+
+    from tokenrelay.doctor.browser import run_in_browser
+    from tokenrelay.doctor.probe import endpoints
+
+    if args.via:
+        raise ConfigError("--browser probes one URL; leave out --via")
+    result = asyncio.run(
+        run_in_browser(
+            endpoints(args.url)[0],
+            events=args.events,
+            cadence_ms=args.cadence_ms,
+            seed=args.seed,
+            api_key=args.api_key,
+            timeout=args.timeout + args.events * args.cadence_ms / 1000.0,
+        )
+    )
+    report = result["report"]
+    if args.svg is not None:  # the lanes, as the page drew them
+        args.svg.write_text(str(result.get("svg", "")), encoding="utf-8")
+    _print(json.dumps(result, ensure_ascii=False, indent=2) + "\n" if args.json else str(report["text"]))
+    return 0 if report.get("ok") else 1
+
+
+def _print(text: str) -> None:
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is not None:  # UTF-8 whatever the locale: the report quotes emoji and Devanagari
         buffer.write(text.encode("utf-8"))
@@ -92,4 +155,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
-    return report.exit_status

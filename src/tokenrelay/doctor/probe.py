@@ -1,9 +1,11 @@
 """The probe: streams from a real endpoint with httpx, records every read with its arrival time, then judges.
 
 The thin I/O shell around the sans-I/O doctor. :func:`run_doctor` first asks for tokenrelay's diagnostic
-stream (``GET {base}/v1/diagnostics/stream``); a server that has it gets the full examination (bytes, per-write
-holds, cancellation through its status endpoint). Any other OpenAI-compatible endpoint gets an ordinary
-streamed chat request, judged from the client's side alone.
+stream (``POST {base}/v1/diagnostics/stream`` with a JSON body, shaped like a chat request so every hop treats
+it as one); a server that has it gets the full examination (bytes, per-write holds, cancellation through its
+status endpoint). Any other OpenAI-compatible endpoint gets an ordinary streamed chat request, judged from the
+client's side alone. :func:`run_chain` probes each hop of a chain (origin, load balancer, public URL) in one
+run and says which hop adds the hold.
 
 Each read is timed as it comes off the socket (``aiter_raw``: after the chunked transfer coding, before the
 content coding), then decoded by :class:`ContentDecoder`, so a compressed stream is timed as it travelled.
@@ -13,20 +15,24 @@ The probe offers ``Accept-Encoding: gzip, deflate``, as browsers do, so a compre
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+import tokenrelay
+from tokenrelay.doctor._chain import ChainReport, judge_chain
 from tokenrelay.doctor._diagnose import diagnose_chat, diagnose_diagnostic, unreachable
 from tokenrelay.doctor._payload import DiagnosticPlan
 from tokenrelay.doctor._recording import CancelObservation, Chunk, ContentDecoder, Exchange, join_headers
 from tokenrelay.doctor._report import Check, Report, Status
 
-__all__ = ["DoctorOptions", "endpoints", "record", "run_doctor"]
+__all__ = ["DoctorOptions", "endpoints", "record", "run_chain", "run_doctor"]
 
 CHAT_PROMPT = (
     "Reply in two short sentences about llamas, using the emoji 🦙 and 👩\u200d💻, the word नमस्ते and the "
@@ -96,7 +102,9 @@ async def record(
     try:
         response = await asyncio.wait_for(client.send(request, stream=True), stop_after_s)
     except asyncio.TimeoutError:  # cancelling the send closed the connection
-        return Exchange(str(request.url), 0, {}, stop_after_s or 0.0, [], "no headers before the deadline")
+        return Exchange(
+            str(request.url), 0, {}, stop_after_s or 0.0, [], "no headers before the deadline", method
+        )
     headers_ms = (time.perf_counter() - start) * 1000.0
     chunks: list[Chunk] = []
     error: str | None = None
@@ -121,7 +129,7 @@ async def record(
     finally:
         await response.aclose()
     headers = join_headers([(k, v) for k, v in response.headers.multi_items()])
-    return Exchange(str(request.url), response.status_code, headers, headers_ms, chunks, error)
+    return Exchange(str(request.url), response.status_code, headers, headers_ms, chunks, error, method)
 
 
 async def _reads(response: httpx.Response, deadline: float | None) -> AsyncIterator[bytes]:
@@ -152,7 +160,9 @@ async def _try_cancel(
 ) -> CancelObservation:
     """Open a long diagnostic stream, close it after a few events, and watch the server stop."""
     long = DiagnosticPlan(secrets.token_hex(8), plan.seed + 1, 400, plan.cadence_ms, plan.eol)
-    exchange = await record(client, "GET", url, params=long.query(), stop_after_events=3, stop_after_s=2.0)
+    exchange = await record(
+        client, "POST", url, json=long.request_json(), stop_after_events=3, stop_after_s=2.0
+    )
     closed = time.perf_counter()
     received = len(exchange.body)
     writes_received = sum(1 for offset, size in long.cuts if offset + size <= received)
@@ -194,8 +204,24 @@ async def _first_model(client: httpx.AsyncClient, base: str) -> str | None:
 
 
 async def run_doctor(url: str, options: DoctorOptions | None = None) -> Report:
-    """Examine the streaming endpoint at ``url`` and return the :class:`Report`."""
+    """Examine the streaming endpoint at ``url`` and return the :class:`Report` (stamped with tokenrelay's
+    version and the time the run started)."""
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    report = await _examine(url, options or DoctorOptions())
+    return dataclasses.replace(report, version=tokenrelay.__version__, time=started)
+
+
+async def run_chain(urls: list[str], options: DoctorOptions | None = None) -> ChainReport:
+    """Probe each hop of a chain, nearest the server first (origin, internal load balancer, public URL),
+    one after the other with the same seed, and say which hop adds the hold."""
     options = options or DoctorOptions()
+    if options.seed is None:  # one seed for every hop: the same writes, so the hops compare like for like
+        options = dataclasses.replace(options, seed=secrets.randbits(31))
+    reports = [await run_doctor(url, options) for url in urls]
+    return ChainReport(reports, judge_chain(reports))
+
+
+async def _examine(url: str, options: DoctorOptions) -> Report:
     base, diagnostics_url, chat_url = endpoints(url)
     timeout = httpx.Timeout(options.timeout, connect=min(10.0, options.timeout))
     async with httpx.AsyncClient(timeout=timeout, headers=dict(options.headers)) as client:
@@ -205,7 +231,7 @@ async def run_doctor(url: str, options: DoctorOptions | None = None) -> Report:
                 plan = DiagnosticPlan(
                     secrets.token_hex(8), seed, options.events, options.cadence_ms, options.eol
                 )
-                exchange = await record(client, "GET", diagnostics_url, params=plan.query())
+                exchange = await record(client, "POST", diagnostics_url, json=plan.request_json())
                 ctype = exchange.header("content-type") or ""
                 if exchange.status == 200 and ctype.startswith("text/event-stream"):
                     status = await _status(client, base, plan.stream)
