@@ -30,7 +30,8 @@ class VendorHook(BuildHookInterface):  # type: ignore[type-arg]
         for name, entry in manifest.items():
             licence = license_name(entry["package"])
             for file, source in ((name, entry["path"]), (licence, entry["license"])):
-                build_data["force_include"][str(find(root, entry["package"], source, file))] = f"{prefix}/{file}"
+                path = find(root, entry["package"], source, file)
+                build_data["force_include"][str(path)] = f"{prefix}/{file}"
 
 
 def license_name(package: str) -> str:

@@ -163,7 +163,11 @@ describe('the chat page', { skip, timeout: 120_000 }, () => {
     await page.click('#new-chat');
     assert.equal(await page.locator('#conversation .turn').count(), 0, 'a new chat starts empty');
     const second = await outcome(await send(page, 'Second conversation'));
-    assert.equal(second.status, 'finished', `${second.meta} ${await page.locator('#conversation').innerHTML()}`);
+    assert.equal(
+      second.status,
+      'finished',
+      `${second.meta} ${await page.locator('#conversation').innerHTML()}`,
+    );
     assert.deepEqual(await titles(), ['Second conversation', 'First conversation']);
 
     // A new tab (or a reload) lists both; opening one draws it again, Markdown, highlighting and all.

@@ -416,4 +416,3 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
         add_diagnostics_routes(app)
     mount_page(app)
     return app
-
