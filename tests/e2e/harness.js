@@ -46,6 +46,8 @@ export function missingPrerequisite() {
     reason = 'node_modules/playwright-core not found (run `npm ci`)';
   } else if (!existsSync(join(ROOT, 'node_modules', 'markdown-it', 'dist', 'browser'))) {
     reason = 'node_modules/markdown-it not found (run `npm ci`)';
+  } else if (!existsSync(join(ROOT, 'node_modules', '@highlightjs', 'cdn-assets', 'es'))) {
+    reason = 'node_modules/@highlightjs/cdn-assets not found (run `npm ci`)';
   }
   if (reason !== null && (process.env.CI ?? 'false') !== 'false')
     throw new Error(`end-to-end tests cannot run: ${reason}`);

@@ -384,6 +384,21 @@ describe('the chat page', { skip, timeout: 120_000 }, () => {
     await page.click('#toggle-history');
     assert.equal(await page.locator('#history').isVisible(), true);
     shots.push(await screenshot(page, 'page-390-dark-conversations.png'));
+    await page.click('#toggle-history');
+    await page.click('#open-settings');
+    const fields = await page.evaluate(() =>
+      Array.from(document.querySelectorAll('#settings, #settings :is(input, select, textarea)'), (el) => {
+        const box = el.getBoundingClientRect();
+        return { id: el.id, left: box.left, right: box.right };
+      }),
+    );
+    const [dialog, ...inside] = fields;
+    assert.ok(dialog.left >= 0 && dialog.right <= 390, 'the settings fit the window');
+    for (const { id, left, right } of inside.filter((field) => field.right > 0)) {
+      assert.ok(left >= dialog.left && right <= dialog.right, `#${id} inside the dialog (${left}..${right})`);
+    }
+    shots.push(await screenshot(page, 'page-390-dark-settings.png'));
+    await page.keyboard.press('Escape');
     console.log(`screenshots: ${shots.join(' ')}`);
     await assertClean(page, problems);
     await page.close();
