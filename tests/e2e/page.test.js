@@ -197,6 +197,30 @@ describe('the chat page', { skip, timeout: 120_000 }, () => {
     await page.close();
   });
 
+  test('leaving a chat while it streams stops the reply and keeps it in its own chat', async () => {
+    const { page, problems } = await freshPage(slow);
+    const reply = await send(page, 'Left mid-stream');
+    await page.waitForFunction(
+      (el) => el.querySelector('.body').textContent.length > 0,
+      await reply.elementHandle(),
+    );
+    await page.click('#new-chat');
+    assert.equal(await page.locator('#conversation .turn').count(), 0);
+    await page.waitForFunction(() => document.getElementById('send').disabled === false);
+    await page.locator('#conversations .open', { hasText: 'Left mid-stream' }).click();
+    const kept = page.locator('.turn.assistant').first();
+    assert.ok(
+      await kept.evaluate((el) => el.classList.contains('stopped')),
+      await kept.getAttribute('class'),
+    );
+    assert.ok((await kept.locator('.body').textContent()).length > 0, 'the text shown so far is kept');
+    assert.equal(await page.locator('.turn').count(), 2, 'and nothing leaked into the new chat');
+    await page.click('#new-chat');
+    assert.equal(await page.locator('.turn').count(), 0);
+    await assertClean(page, problems);
+    await page.close();
+  });
+
   test('settings: model from /v1/models, system prompt, temperature and max tokens are sent and kept', async () => {
     const { page, problems } = await freshPage();
     const bodies = recordRequests(page);

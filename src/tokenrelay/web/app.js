@@ -102,6 +102,8 @@ async function ask() {
 
 /** Stream the assistant's answer to the conversation as it stands. */
 async function reply() {
+  // The conversation this answer belongs to: another may be open by the time it ends (it is then stopped).
+  const chat = conversation;
   const turn = addTurn(conversationEl, 'assistant');
   turn.article.classList.add('streaming');
   keepScrolled();
@@ -119,7 +121,7 @@ async function reply() {
   const controller = new AbortController();
   current = { controller, view };
   setBusy(true);
-  const body = requestBody(settings, conversation.messages);
+  const body = requestBody(settings, chat.messages);
   const { model, messages, ...params } = body;
   const outcome = await streamChat({
     model,
@@ -133,17 +135,18 @@ async function reply() {
     },
   });
   await view.end();
-  showOutcome(turn, outcome);
-  addCodeCopyButtons(turn.body);
+  current = null;
   // What was shown stays in the conversation, even when cut short, so the next turn sees the same thing.
   const { status, error, finishReason, ttftMs, tokensPerSecond, tokens, totalMs } = outcome;
   const summary = { status, error, finishReason, ttftMs, tokensPerSecond, tokens, totalMs };
-  conversation.messages.push({ role: 'assistant', content: outcome.content, outcome: summary });
-  addActions(turn, conversation.messages.length - 1);
-  store.save(conversation);
+  chat.messages.push({ role: 'assistant', content: outcome.content, outcome: summary });
+  store.save(chat);
   renderHistory();
-  current = null;
   setBusy(false);
+  if (chat !== conversation) return;
+  showOutcome(turn, outcome);
+  addCodeCopyButtons(turn.body);
+  addActions(turn, chat.messages.length - 1);
   keepScrolled();
   if (outcome.httpStatus === 401) {
     panel.requireKey('This server requires an API key. Enter it, then press Regenerate.');
