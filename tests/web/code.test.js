@@ -54,6 +54,27 @@ describe('createHighlighter over highlight.js', () => {
     assert.ok(nodes.some((n) => typeof n !== 'string' && n.attrs.class === 'hljs-keyword'));
   });
 
+  test('a streaming block: complete lines highlighted once, the partial last line plain', () => {
+    let calls = 0;
+    const counting = createHighlighter({
+      getLanguage: (name) => hljs.getLanguage(name),
+      highlight: (code, options) => {
+        calls += 1;
+        return hljs.highlight(code, options);
+      },
+    });
+    const whole = 'x = 1\nprint(x)\n';
+    const before = counting('x = 1\npri', 'python');
+    assert.equal(before.at(-1), 'pri', 'the partial line is plain text');
+    assert.equal(textOf(before), 'x = 1\npri');
+    const more = counting('x = 1\nprint(', 'python');
+    assert.equal(calls, 1, 'a frame that only adds to the last line highlights nothing');
+    assert.equal(more[0], before[0], 'and reuses the nodes it had');
+    assert.equal(counting('x = ', 'python').length, 1, 'no complete line: all plain');
+    assert.deepEqual(counting(whole, 'python'), highlight(whole, 'python'));
+    assert.equal(calls, 2);
+  });
+
   test('unknown languages, no language and huge blocks stay plain', () => {
     assert.equal(highlight('x', 'no-such-language'), null);
     assert.equal(highlight('x', ''), null);

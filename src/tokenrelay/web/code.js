@@ -46,15 +46,34 @@ export function readHighlighted(html) {
  * A highlighter for renderTokens: (code, language) → nodes, or null to leave the code as plain text.
  * Only a language highlight.js knows is highlighted (no guessing: auto-detection of a half-streamed block
  * would flicker between languages).
+ *
+ * While a code block streams, renderTokens asks for it again at every frame. Only its complete lines are
+ * highlighted, and the last result is kept: a frame that adds to the last line costs no highlighting at
+ * all, and the line is coloured once its line end arrives. A closed block's content ends with its line end,
+ * so it is highlighted whole; the result for a text never depends on how it was streamed.
  * @param {{getLanguage: (name: string) => unknown, highlight: (code: string, options: object) => {value: string}}} hljs
  */
 export function createHighlighter(hljs) {
+  const kept = new Map(); // `${language}\n${lines}` → nodes, the few most recent
+  const highlightLines = (lines, language) => {
+    const key = `${language}\n${lines}`;
+    let nodes = kept.get(key);
+    if (nodes === undefined) {
+      try {
+        nodes = readHighlighted(hljs.highlight(lines, { language, ignoreIllegals: true }).value);
+      } catch {
+        nodes = null;
+      }
+      kept.set(key, nodes);
+      if (kept.size > 8) kept.delete(kept.keys().next().value);
+    }
+    return nodes;
+  };
   return (code, language) => {
     if (!language || code.length > MAX_HIGHLIGHT || !hljs.getLanguage(language)) return null;
-    try {
-      return readHighlighted(hljs.highlight(code, { language, ignoreIllegals: true }).value);
-    } catch {
-      return null;
-    }
+    const end = code.lastIndexOf('\n') + 1;
+    const nodes = end > 0 ? highlightLines(code.slice(0, end), language) : [];
+    if (nodes === null) return null;
+    return end < code.length ? [...nodes, code.slice(end)] : nodes;
   };
 }
