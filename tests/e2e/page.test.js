@@ -33,15 +33,20 @@ let slow; // 10 tokens/s: still streaming while the test looks
 let locked; // requires an API key
 let browser;
 
-before(async () => {
-  if (skip) return;
-  [fast, slow, locked, browser] = await Promise.all([
-    startServer({ textFile: FEATURES, rate: 1000 }),
-    startServer({ textFile: CORPUS, rate: 10 }),
-    startServer({ textFile: FEATURES, rate: 1000, args: ['--api-key', KEY] }),
-    launchBrowser(),
-  ]);
-});
+before(
+  async () => {
+    if (skip) return;
+    // Three servers at once on a loaded 2-core machine: give each longer than the usual 30 s to come up.
+    const timeoutMs = 90_000;
+    [fast, slow, locked, browser] = await Promise.all([
+      startServer({ textFile: FEATURES, rate: 1000, timeoutMs }),
+      startServer({ textFile: CORPUS, rate: 10, timeoutMs }),
+      startServer({ textFile: FEATURES, rate: 1000, args: ['--api-key', KEY], timeoutMs }),
+      launchBrowser(),
+    ]);
+  },
+  { timeout: 120_000 },
+);
 
 after(async () => {
   await browser?.close();

@@ -29,6 +29,13 @@ import {
 } from './harness.js';
 
 const run = promisify(execFile);
+const STEP_MS = 120_000; // no step may hang the suite
+
+/** pip, quiet and offline: no look at PyPI for a newer pip (it can hang where the network is closed). */
+function pip(python, args, env) {
+  const argv = ['-m', 'pip', ...args, '-q', '--disable-pip-version-check', '--no-input'];
+  return run(python, argv, { env, timeout: STEP_MS });
+}
 const skip = missingPrerequisite() ?? false;
 
 let work;
@@ -44,33 +51,36 @@ function cleanEnv() {
   return env;
 }
 
-before(async () => {
-  if (skip) return;
-  work = mkdtempSync(join(tmpdir(), 'tokenrelay-wheel-'));
-  const dist = join(work, 'dist');
-  const venv = join(work, 'venv');
-  const python = join(venv, 'bin', 'python');
-  const env = cleanEnv();
-  // --no-build-isolation: hatchling from the project venv (the dev extra), no download of the backend.
-  await Promise.all([
-    run(PYTHON, ['-m', 'pip', 'wheel', '-q', '--no-deps', '--no-build-isolation', '-w', dist, ROOT], { env }),
-    run(PYTHON, ['-m', 'venv', venv], { env }),
-  ]);
-  const wheel = readdirSync(dist).find((name) => name.endsWith('.whl'));
-  await run(python, ['-m', 'pip', 'install', '-q', '--no-deps', '--no-index', join(dist, wheel)], { env });
-  const paths = `import sysconfig; print(sysconfig.get_paths()['purelib'])`;
-  const shared = (await run(PYTHON, ['-c', paths], { env })).stdout.trim();
-  const own = (await run(python, ['-c', paths], { env })).stdout.trim();
-  writeFileSync(join(own, 'zz-project-deps.pth'), `${shared}\n`);
-  const where = (
-    await run(python, ['-c', 'import tokenrelay; print(tokenrelay.__file__)'], { cwd: work, env })
-  ).stdout.trim();
-  installed = dirname(where);
-  [server, browser] = await Promise.all([
-    startServer({ textFile: join(FIXTURES, 'features.md'), rate: 1000, python, cwd: work, env }),
-    launchBrowser(),
-  ]);
-});
+before(
+  async () => {
+    if (skip) return;
+    work = mkdtempSync(join(tmpdir(), 'tokenrelay-wheel-'));
+    const dist = join(work, 'dist');
+    const venv = join(work, 'venv');
+    const python = join(venv, 'bin', 'python');
+    const env = cleanEnv();
+    // --no-build-isolation: hatchling from the project venv (the dev extra), no download of the backend.
+    await Promise.all([
+      pip(PYTHON, ['wheel', '--no-deps', '--no-build-isolation', '-w', dist, ROOT], env),
+      run(PYTHON, ['-m', 'venv', venv], { env, timeout: STEP_MS }),
+    ]);
+    const wheel = readdirSync(dist).find((name) => name.endsWith('.whl'));
+    await pip(python, ['install', '--no-deps', '--no-index', join(dist, wheel)], env);
+    const paths = `import sysconfig; print(sysconfig.get_paths()['purelib'])`;
+    const shared = (await run(PYTHON, ['-c', paths], { env })).stdout.trim();
+    const own = (await run(python, ['-c', paths], { env })).stdout.trim();
+    writeFileSync(join(own, 'zz-project-deps.pth'), `${shared}\n`);
+    const where = (
+      await run(python, ['-c', 'import tokenrelay; print(tokenrelay.__file__)'], { cwd: work, env })
+    ).stdout.trim();
+    installed = dirname(where);
+    [server, browser] = await Promise.all([
+      startServer({ textFile: join(FIXTURES, 'features.md'), rate: 1000, python, cwd: work, env }),
+      launchBrowser(),
+    ]);
+  },
+  { timeout: 240_000 },
+);
 
 after(async () => {
   await browser?.close();
