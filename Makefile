@@ -46,8 +46,8 @@ test: install
 	node --test tests/e2e/
 
 check: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks hatch_build.py
+	$(BIN)/ruff format --check src tests benchmarks hatch_build.py
 	$(BIN)/mypy
 	npm run --silent format:check
 
