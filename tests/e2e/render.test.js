@@ -10,6 +10,7 @@ import MarkdownIt from 'markdown-it';
 import { createMarkdown } from '../../src/tokenrelay/web/markdown.js';
 import {
   CORPUS,
+  changeSettings,
   launchBrowser,
   missingPrerequisite,
   openPage,
@@ -55,7 +56,7 @@ function blockTree(root) {
   function walk(node) {
     const out = [node.nodeName.toLowerCase(), {}];
     for (const attr of Array.from(node.attributes)) out[1][attr.name] = attr.value;
-    for (const child of Array.from(node.childNodes)) {
+    for (const child of flat(node)) {
       if (child.nodeType === 3) {
         if (typeof out[out.length - 1] === 'string') out[out.length - 1] += child.data;
         else out.push(child.data);
@@ -64,6 +65,15 @@ function blockTree(root) {
       }
     }
     return out;
+  }
+  // A code block's highlighting spans count as their text, and its Copy button as nothing: markdown-it's
+  // stock renderer has neither (the highlighting itself is checked on its own below).
+  function flat(node) {
+    return Array.from(node.childNodes).flatMap((child) => {
+      if (child.nodeName === 'BUTTON') return [];
+      if (child.nodeName === 'SPAN') return flat(child);
+      return [child];
+    });
   }
   const blocks = [];
   for (const child of Array.from(root.childNodes)) {
@@ -103,10 +113,14 @@ function markdownItTree(text) {
 function oneShotHTML(page, text) {
   return page.evaluate(async (whole) => {
     const { default: MarkdownItInPage } = await import('/static/vendor/markdown-it.esm.min.mjs');
+    const { default: hljs } = await import('/static/vendor/highlight.min.mjs');
     const { createMarkdown: create, renderTokens } = await import('/static/markdown.js');
+    const { createHighlighter } = await import('/static/code.js');
     const { buildNodes } = await import('/static/view.js');
     const holder = document.createElement('div');
-    holder.append(...buildNodes(document, renderTokens(create(MarkdownItInPage).parse(whole, {}))));
+    const tokens = create(MarkdownItInPage).parse(whole, {});
+    const nodes = renderTokens(tokens, 0, tokens.length, createHighlighter(hljs));
+    holder.append(...buildNodes(document, nodes));
     return holder.innerHTML;
   }, text);
 }
@@ -133,7 +147,15 @@ async function streamCorpus(page) {
   return {
     end,
     groups,
-    html: await body.evaluate((el) => Array.from(el.children, (group) => group.innerHTML).join('')),
+    // Without the code blocks' Copy buttons, which the page adds once the reply has ended.
+    html: await body.evaluate((el) => {
+      const copy = el.cloneNode(true);
+      copy.querySelectorAll('button.copy-code').forEach((button) => button.remove());
+      return Array.from(copy.children, (group) => group.innerHTML).join('');
+    }),
+    highlighted: await body
+      .locator('pre code.language-python span')
+      .evaluateAll((spans) => spans.map((span) => span.className)),
     tree: await body.evaluate(blockTree),
     text: await body.textContent(),
     ...(await probe(page, index)),
@@ -154,6 +176,8 @@ async function checkCorpusReply(page, problems, run) {
   // and has the same tree as markdown-it's stock HTML renderer gives for the whole text.
   assert.equal(run.html, await oneShotHTML(page, CORPUS_TEXT));
   assert.deepEqual(run.tree, markdownItTree(CORPUS_TEXT));
+  // print("नमस्ते 👩‍💻"): highlight.js marks the built-in and the string.
+  assert.deepEqual(run.highlighted, ['hljs-built_in', 'hljs-string'], 'the Python block is highlighted');
   for (const sample of ['👩‍💻', '🏳️‍🌈', '你好，世界。', 'नमस्ते', 'café', '₹20']) {
     assert.ok(run.text.includes(sample), `the reply shows ${sample}`);
   }
@@ -181,7 +205,9 @@ async function checkCorpusReply(page, problems, run) {
 describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () => {
   test('renders exactly, never shows a broken character (smoothing on)', async () => {
     const { page, problems } = await openPage(browser.context, server);
-    assert.equal(await page.isChecked('#smoothing'), true, 'smoothing is on by default');
+    await changeSettings(page, async () => {
+      assert.equal(await page.isChecked('#smoothing'), true, 'smoothing is on by default');
+    });
     const run = await streamCorpus(page);
     // Taken before the checks, so a failure leaves a picture too. A tall window, so that one picture holds
     // the whole reply: CJK, Devanagari, Thai, Myanmar, emoji, the table and the code.
@@ -193,7 +219,7 @@ describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () =
 
   test('renders exactly, never shows a broken character (smoothing off)', async () => {
     const { page, problems } = await openPage(browser.context, server);
-    await page.uncheck('#smoothing');
+    await changeSettings(page, () => page.uncheck('#smoothing'));
     const run = await streamCorpus(page);
     await checkCorpusReply(page, problems, run);
     await page.close();

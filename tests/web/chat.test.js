@@ -2,7 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ChunkReader, streamChat } from '../../src/tokenrelay/web/chat.js';
+import { ChunkReader, streamChat, streamStats } from '../../src/tokenrelay/web/chat.js';
 import { cutAt, encoder } from './helpers.js';
 
 const chunk = (delta, finish = null) =>
@@ -176,5 +176,69 @@ describe('ChunkReader', () => {
     assert.equal(reader.feed({ data: JSON.stringify({ choices: [{ delta: { content: 'y' } }] }) }), '');
     assert.equal(reader.status(), 'finished');
     assert.equal(reader.content, 'x');
+  });
+});
+
+describe('streamChat for the page (issue 14)', () => {
+  test('parameters go into the body, the key into a bearer header', async () => {
+    const { calls } = await run(
+      [encoder.encode(FINISHED)],
+      {},
+      {
+        params: { temperature: 0.2, max_tokens: 7 },
+        apiKey: 'sk-test',
+      },
+    );
+    const body = JSON.parse(calls[0].init.body);
+    assert.equal(body.temperature, 0.2);
+    assert.equal(body.max_tokens, 7);
+    assert.equal(body.stream, true);
+    assert.equal(calls[0].init.headers.Authorization, 'Bearer sk-test');
+    const { calls: keyless } = await run([encoder.encode(FINISHED)]);
+    assert.equal('Authorization' in keyless[0].init.headers, false);
+  });
+
+  test('a refused request carries its HTTP status', async () => {
+    const refusal = JSON.stringify({ error: { message: 'missing or invalid API key', type: 'x' } });
+    const { outcome } = await run([encoder.encode(refusal)], { status: 401, type: 'application/json' });
+    assert.equal(outcome.status, 'error');
+    assert.equal(outcome.httpStatus, 401);
+    assert.match(outcome.error, /^401: missing or invalid API key/);
+    const { outcome: ok } = await run([encoder.encode(FINISHED)]);
+    assert.equal(ok.httpStatus, null);
+  });
+
+  test('every delta comes with the numbers so far', async () => {
+    const { fetch } = fakeFetch([encoder.encode(FINISHED)]);
+    let clock = 0;
+    const seen = [];
+    await streamChat({
+      model: 'm',
+      messages: [],
+      fetch,
+      now: () => (clock += 100),
+      onDelta: (text, stats) => seen.push(stats),
+    });
+    assert.equal(seen.length, 3);
+    assert.deepEqual(
+      seen.map((s) => s.tokens),
+      [1, 2, 3],
+    );
+    assert.ok(seen.every((s) => s.ttftMs === seen[0].ttftMs && s.ttftMs > 0));
+    assert.equal(seen[0].tokensPerSecond, null, 'one token: no rate yet');
+    assert.ok(seen[2].tokensPerSecond > 0);
+  });
+
+  test('streamStats: the rate runs from the first token to the last', () => {
+    assert.deepEqual(streamStats({ started: 0, firstAt: null, lastAt: null, tokens: 0 }), {
+      ttftMs: null,
+      tokens: 0,
+      tokensPerSecond: null,
+    });
+    assert.deepEqual(streamStats({ started: 100, firstAt: 300, lastAt: 1300, tokens: 11 }), {
+      ttftMs: 200,
+      tokens: 11,
+      tokensPerSecond: 10,
+    });
   });
 });

@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -50,6 +49,7 @@ from tokenrelay.engines.base import Engine, stream_events
 from .admission import Admission
 from .diagnostics import add_diagnostics_routes
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .page import mount_page
 from .requests import ChatCompletionBody, CompletionBody, Generation, parse_generation
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
 
@@ -414,59 +414,5 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
 
     if config.diagnostics:  # GET /v1/diagnostics/stream and /v1/diagnostics/streams/{id}: the doctor's probe
         add_diagnostics_routes(app)
-    _mount_page(app)
+    mount_page(app)
     return app
-
-
-WEB_DIR = Path(__file__).resolve().parents[1] / "web"
-VENDOR_FILE = "markdown-it.esm.min.mjs"
-# The page runs under this policy: no inline script or style, no plugins, no framing, and Trusted Types so
-# that no code path can turn model text into HTML (the page builds DOM nodes).
-PAGE_CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'; "
-    "require-trusted-types-for 'script'; trusted-types 'none'"
-)
-PAGE_HEADERS = {"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff"}
-
-
-def vendor_path() -> Path | None:
-    """markdown-it's browser ES module: a copy shipped in ``web/vendor/``, or the project's node_modules."""
-    shipped = WEB_DIR / "vendor" / VENDOR_FILE
-    if shipped.is_file():
-        return shipped
-    for parent in WEB_DIR.parents:
-        candidate = parent / "node_modules" / "markdown-it" / "dist" / "browser" / VENDOR_FILE
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _mount_page(app: FastAPI) -> None:
-    """The chat page at ``/``, its modules under ``/static/``, markdown-it under ``/static/vendor/``."""
-    index = WEB_DIR / "index.html"
-    if not index.is_file():
-        return
-    files = {p.name: p for p in WEB_DIR.iterdir() if p.suffix in (".js", ".css", ".html")}
-    types = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".html": "text/html"}
-
-    def serve_file(path: Path) -> Response:
-        media_type = types[path.suffix] + "; charset=utf-8"
-        return Response(path.read_bytes(), media_type=media_type, headers=PAGE_HEADERS)
-
-    @app.get("/", include_in_schema=False)
-    async def page() -> Response:
-        return serve_file(index)
-
-    @app.get("/static/vendor/{name}", include_in_schema=False)
-    async def vendor(name: str) -> Response:
-        path = vendor_path()
-        if name != VENDOR_FILE or path is None:
-            raise NotFoundError(f"/static/vendor/{name}: not installed (run `npm ci` in the project)")
-        return serve_file(path)
-
-    @app.get("/static/{name}", include_in_schema=False)
-    async def static(name: str) -> Response:
-        if name not in files:
-            raise NotFoundError(f"/static/{name}: no such file")
-        return serve_file(files[name])

@@ -1,32 +1,52 @@
-// The page: a conversation, a message box, Send and Stop, a smoothing switch, and per-reply stats.
-// Everything that can be tested without a browser lives in the modules imported here; this file only wires
-// them to the document. The conversation is kept in memory while the page is open.
+// The page: conversations kept in the browser, a message box, Send and Stop, settings, and per-reply stats.
+// Everything that can be tested without a browser lives in the modules imported here; this file wires them
+// to the document.
 //
-// markdown-it's browser ES module is served by the tokenrelay server from the installed npm package
-// (node_modules/markdown-it/dist/browser/markdown-it.esm.min.mjs). It is imported by path, not through an
-// import map, so the page needs no inline script and runs under a CSP without 'unsafe-inline' or hashes.
-// It is imported dynamically so that a missing package says so on the page instead of leaving it dead.
+// The libraries (markdown-it, highlight.js) are ES modules served under /static/vendor/ (server/page.py:
+// from the wheel, or from node_modules in a checkout). They are imported by path, not through an import
+// map, so the page needs no inline script and runs under a CSP without 'unsafe-inline' or hashes. They are
+// imported dynamically so that a missing library says so on the page instead of leaving it dead; without
+// highlight.js code blocks are plain text, without markdown-it nothing can be sent.
 
 import { BlockRenderer } from './blocks.js';
 import { streamChat } from './chat.js';
+import { createHighlighter } from './code.js';
 import { createMarkdown } from './markdown.js';
+import { SettingsPanel } from './settings.js';
 import { Smoother } from './smoother.js';
+import { ConversationStore, loadSettings, requestBody } from './store.js';
+import {
+  actionButton,
+  addCodeCopyButtons,
+  addTurn,
+  copyText,
+  flash,
+  liveText,
+  showOutcome,
+} from './turns.js';
 import { MarkdownView } from './view.js';
 
 const MARKDOWN_IT = '/static/vendor/markdown-it.esm.min.mjs';
+const HIGHLIGHT = '/static/vendor/highlight.min.mjs';
 const byId = (id) => document.getElementById(id);
-const conversation = byId('conversation');
+const conversationEl = byId('conversation');
 const composer = byId('composer');
 const prompt = byId('prompt');
 const send = byId('send');
 const stop = byId('stop');
-const smoothing = byId('smoothing');
-const model = byId('model');
+const historyEl = byId('history');
+const toggleHistory = byId('toggle-history');
+
+const storage = browserStorage();
+const store = new ConversationStore(storage);
+const panel = new SettingsPanel(document, storage, loadSettings(storage), settingChanged);
+const settings = panel.settings;
 
 /** The configured markdown-it, once its module has loaded (null until then, or if it cannot). */
 let md = null;
-/** @type {{role: string, content: string}[]} */
-const messages = [];
+let highlight = null;
+/** @type {import('./store.js').Conversation} */
+let conversation = store.create();
 /** The reply streaming now: its abort controller and view. */
 let current = null;
 /** Whether the conversation is scrolled to its end; new text keeps it there, and only then. */
@@ -43,129 +63,332 @@ prompt.addEventListener('keydown', (event) => {
     composer.requestSubmit();
   }
 });
-stop.addEventListener('click', () => current?.controller.abort());
-smoothing.addEventListener('change', () => current?.view.setSmoother(newSmoother()));
-conversation.addEventListener('scroll', () => {
-  pinned = conversation.scrollTop + conversation.clientHeight >= conversation.scrollHeight - 32;
+document.addEventListener('keydown', (event) => {
+  if (event.key === 'Escape' && current !== null && !byId('settings').open) current.controller.abort();
 });
-md = await loadMarkdown();
+stop.addEventListener('click', () => current?.controller.abort());
+byId('new-chat').addEventListener('click', () => openConversation(store.create()));
+byId('open-settings').addEventListener('click', () => panel.open());
+byId('model-name').addEventListener('click', () => panel.open());
+toggleHistory.addEventListener('click', () => showHistory(historyEl.classList.contains('closed')));
+conversationEl.addEventListener('scroll', () => {
+  pinned = conversationEl.scrollTop + conversationEl.clientHeight >= conversationEl.scrollHeight - 32;
+});
+// On a narrow screen the conversation list is a drawer over the chat: closed at first, and on narrowing.
+const narrow = matchMedia('(max-width: 720px)');
+narrow.addEventListener('change', () => showHistory(!narrow.matches));
+if (narrow.matches) showHistory(false);
+showModelName();
+renderHistory();
+[md, highlight] = await Promise.all([loadMarkdown(), loadHighlighter()]);
 loadModels();
+
+function settingChanged(name) {
+  if (name === 'smoothing') current?.view.setSmoother(newSmoother());
+  if (name === 'apiKey') loadModels();
+  if (name === 'model') showModelName();
+}
 
 async function ask() {
   const text = prompt.value.trim();
   if (text === '' || current !== null || md === null) return;
   prompt.value = '';
-  messages.push({ role: 'user', content: text });
-  addTurn('user', 'You').body.textContent = text;
+  conversation.messages.push({ role: 'user', content: text });
+  showUserTurn(conversation.messages.length - 1);
+  store.save(conversation);
+  renderHistory();
+  await reply();
+}
 
-  const turn = addTurn('assistant streaming', 'Assistant');
-  turn.body.classList.add('markdown');
+/** Stream the assistant's answer to the conversation as it stands. */
+async function reply() {
+  // The conversation this answer belongs to: another may be open by the time it ends (it is then stopped).
+  const chat = conversation;
+  const turn = addTurn(conversationEl, 'assistant');
+  turn.article.classList.add('streaming');
+  keepScrolled();
+  let stats = null;
   const view = new MarkdownView({
     container: turn.body,
-    renderer: new BlockRenderer(md),
+    renderer: new BlockRenderer(md, { highlight }),
     smoother: newSmoother(),
-    onWrite: keepScrolled,
+    // The live numbers go into the same frame as the text: still one DOM write per frame.
+    onWrite: () => {
+      if (stats !== null) turn.meta.textContent = liveText(stats);
+      keepScrolled();
+    },
   });
   const controller = new AbortController();
   current = { controller, view };
   setBusy(true);
+  const body = requestBody(settings, chat.messages);
+  const { model, messages, ...params } = body;
   const outcome = await streamChat({
-    model: model.value,
-    messages: messages.slice(),
+    model,
+    messages,
+    params,
+    apiKey: settings.apiKey,
     signal: controller.signal,
-    onDelta: (delta) => view.append(delta),
+    onDelta: (delta, now) => {
+      stats = now;
+      view.append(delta);
+    },
   });
-  view.end();
-  showOutcome(turn, outcome);
-  // What was shown stays in the conversation, even when cut short, so the next turn sees the same thing.
-  if (outcome.content !== '') messages.push({ role: 'assistant', content: outcome.content });
+  await view.end();
   current = null;
+  // What was shown stays in the conversation, even when cut short, so the next turn sees the same thing.
+  const { status, error, finishReason, ttftMs, tokensPerSecond, tokens, totalMs } = outcome;
+  const summary = { status, error, finishReason, ttftMs, tokensPerSecond, tokens, totalMs };
+  chat.messages.push({ role: 'assistant', content: outcome.content, outcome: summary });
+  store.save(chat);
+  renderHistory();
   setBusy(false);
+  if (chat !== conversation) return;
+  showOutcome(turn, outcome);
+  addCodeCopyButtons(turn.body);
+  addActions(turn, chat.messages.length - 1);
+  keepScrolled();
+  if (outcome.httpStatus === 401) {
+    panel.requireKey('This server requires an API key. Enter it, then press Regenerate.');
+  } else {
+    prompt.focus();
+  }
+}
+
+function showUserTurn(index) {
+  const turn = addTurn(conversationEl, 'user');
+  turn.body.textContent = conversation.messages[index].content;
+  addActions(turn, index);
+  keepScrolled();
+  return turn;
+}
+
+function showAssistantTurn(index) {
+  const message = conversation.messages[index];
+  const turn = addTurn(conversationEl, 'assistant');
+  if (md !== null) {
+    // A kept reply is drawn in one go: the same renderer and view, with frames run at once.
+    const view = new MarkdownView({
+      container: turn.body,
+      renderer: new BlockRenderer(md, { highlight }),
+      requestFrame: (callback) => callback(performance.now()),
+    });
+    if (message.content !== '') view.append(message.content);
+    view.end();
+    addCodeCopyButtons(turn.body);
+  } else {
+    turn.body.textContent = message.content;
+  }
+  if (message.outcome) showOutcome(turn, message.outcome);
+  addActions(turn, index);
+}
+
+/** Copy on every turn; Edit on the last question and Regenerate on the last answer (refreshActions). */
+function addActions(turn, index) {
+  const message = conversation.messages[index];
+  const copy = actionButton(document, 'copy', 'Copy', async () =>
+    flash(copy, await copyText(document, message.content)),
+  );
+  turn.actions.append(copy);
+  if (message.role === 'user') {
+    turn.actions.append(actionButton(document, 'edit', 'Edit', () => editTurn(turn, index)));
+  } else {
+    turn.actions.append(actionButton(document, 'regenerate', 'Regenerate', () => regenerate(index)));
+  }
+  turn.article.dataset.index = String(index);
+  refreshActions();
+}
+
+/** Only the last turn of each role can be edited or regenerated, and not while a reply streams. */
+function refreshActions() {
+  const last = { user: -1, assistant: -1 };
+  conversation.messages.forEach((message, i) => (last[message.role] = i));
+  const lastUserIsLast = last.user > last.assistant;
+  for (const article of conversationEl.querySelectorAll('.turn')) {
+    const index = Number(article.dataset.index);
+    const edit = article.querySelector('.actions .edit');
+    const regenerate = article.querySelector('.actions .regenerate');
+    // Edit the last question (with or without its answer); regenerate the answer that ends the chat.
+    if (edit) edit.hidden = index !== last.user || current !== null;
+    if (regenerate) regenerate.hidden = index !== last.assistant || lastUserIsLast || current !== null;
+  }
+}
+
+function regenerate(index) {
+  if (current !== null || md === null) return;
+  truncateTo(index);
+  reply();
+}
+
+/** Edit a question in place; sending it drops it and everything after it, then asks again. */
+function editTurn(turn, index) {
+  if (current !== null) return;
+  const original = conversation.messages[index].content;
+  const box = document.createElement('textarea');
+  box.className = 'edit-box';
+  box.value = original;
+  box.setAttribute('aria-label', 'Edit message');
+  box.rows = Math.min(12, original.split('\n').length + 1);
+  const save = actionButton(document, 'save', 'Send', () => {
+    const text = box.value.trim();
+    if (text === '' || current !== null || md === null) return;
+    truncateTo(index);
+    conversation.messages.push({ role: 'user', content: text });
+    showUserTurn(index);
+    store.save(conversation);
+    renderHistory();
+    reply();
+  });
+  save.classList.add('primary');
+  const cancel = actionButton(document, 'cancel', 'Cancel', () => {
+    turn.body.textContent = original;
+    turn.actions.hidden = false;
+  });
+  box.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      save.click();
+    } else if (event.key === 'Escape') {
+      event.stopPropagation();
+      cancel.click();
+    }
+  });
+  const bar = document.createElement('div');
+  bar.className = 'edit-buttons';
+  bar.append(save, cancel);
+  turn.body.replaceChildren(box, bar);
+  turn.actions.hidden = true;
+  box.focus();
+}
+
+/** Drop message `index` and everything after it, on screen too. */
+function truncateTo(index) {
+  conversation.messages.length = index;
+  for (const article of conversationEl.querySelectorAll('.turn')) {
+    if (Number(article.dataset.index) >= index) article.remove();
+  }
+}
+
+function openConversation(next) {
+  current?.controller.abort();
+  conversation = next;
+  conversationEl.replaceChildren();
+  conversation.messages.forEach((message, i) =>
+    message.role === 'user' ? showUserTurn(i) : showAssistantTurn(i),
+  );
+  pinned = true;
+  keepScrolled();
+  renderHistory();
+  if (narrow.matches) showHistory(false);
   prompt.focus();
 }
 
+/** The list of kept conversations, newest first, the open one marked. */
+function renderHistory() {
+  const list = byId('conversations');
+  const items = store.list().map(({ id, title }) => {
+    const item = document.createElement('li');
+    const open = actionButton(document, 'open', title, () => {
+      const kept = store.get(id);
+      if (kept !== null) openConversation(kept);
+    });
+    if (id === conversation.id) open.setAttribute('aria-current', 'true');
+    const remove = actionButton(document, 'delete', '', () => {
+      store.remove(id);
+      if (id === conversation.id) openConversation(store.create());
+      else renderHistory();
+    });
+    remove.setAttribute('aria-label', `Delete “${title}”`);
+    remove.title = 'Delete';
+    item.append(open, remove);
+    return item;
+  });
+  list.replaceChildren(...items);
+  byId('no-conversations').hidden = items.length > 0;
+}
+
+function showHistory(show) {
+  historyEl.classList.toggle('closed', !show);
+  toggleHistory.setAttribute('aria-expanded', String(show));
+}
+
+function showModelName() {
+  byId('model-name').textContent = settings.model || 'model';
+}
+
 function newSmoother() {
-  return smoothing.checked ? new Smoother() : null;
-}
-
-function addTurn(kind, label) {
-  const article = document.createElement('article');
-  article.className = `turn ${kind}`;
-  const role = document.createElement('div');
-  role.className = 'role';
-  role.textContent = label;
-  const body = document.createElement('div');
-  body.className = 'body';
-  const meta = document.createElement('div');
-  meta.className = 'meta';
-  article.append(role, body, meta);
-  conversation.append(article);
-  keepScrolled();
-  return { article, body, meta };
-}
-
-/** @param {import('./chat.js').Outcome} outcome */
-function showOutcome({ article, meta }, outcome) {
-  article.classList.remove('streaming');
-  article.classList.add(outcome.status);
-  const parts = [];
-  if (outcome.status === 'error') {
-    parts.push(`Error: ${outcome.error}`);
-    meta.setAttribute('role', 'alert');
-  } else if (outcome.status === 'truncated') {
-    parts.push(
-      `Truncated: the stream ended before the reply was finished${outcome.error ? ` (${outcome.error})` : ''}`,
-    );
-    meta.setAttribute('role', 'alert');
-  } else if (outcome.status === 'stopped') {
-    parts.push('Stopped');
-  } else if (outcome.finishReason && outcome.finishReason !== 'stop') {
-    parts.push(`finish_reason: ${outcome.finishReason}`);
-  }
-  if (outcome.ttftMs !== null) parts.push(`TTFT ${Math.round(outcome.ttftMs)} ms`);
-  if (outcome.tokensPerSecond !== null) parts.push(`${outcome.tokensPerSecond.toFixed(1)} tokens/s`);
-  if (outcome.tokens > 0) parts.push(`${outcome.tokens} tokens`);
-  parts.push(`${(outcome.totalMs / 1000).toFixed(2)} s total`);
-  meta.textContent = parts.join(' · ');
-  keepScrolled();
+  return settings.smoothing ? new Smoother() : null;
 }
 
 function setBusy(busy) {
   send.disabled = busy;
   stop.disabled = !busy;
+  refreshActions();
 }
 
 function keepScrolled() {
-  if (pinned) conversation.scrollTop = conversation.scrollHeight;
+  if (pinned) conversationEl.scrollTop = conversationEl.scrollHeight;
+}
+
+function pageError(message) {
+  const turn = addTurn(conversationEl, 'assistant');
+  turn.article.classList.add('error');
+  turn.meta.textContent = message;
+  turn.meta.setAttribute('role', 'alert');
 }
 
 async function loadMarkdown() {
   try {
     return createMarkdown((await import(MARKDOWN_IT)).default);
   } catch (error) {
-    const turn = addTurn('assistant error', 'Page');
-    turn.meta.textContent =
+    pageError(
       `Error: the Markdown library did not load from ${MARKDOWN_IT} (${error.message}). ` +
-      'The server serves it from the npm package markdown-it: run `npm ci` (or `make install`) where tokenrelay runs.';
-    turn.meta.setAttribute('role', 'alert');
+        'A source checkout serves it from the npm package markdown-it: run `npm ci` where tokenrelay runs.',
+    );
     send.disabled = true;
     return null;
   }
 }
 
+async function loadHighlighter() {
+  try {
+    return createHighlighter((await import(HIGHLIGHT)).default);
+  } catch {
+    return null; // Code blocks stay plain text.
+  }
+}
+
 async function loadModels() {
   try {
-    const response = await fetch('/v1/models');
-    if (!response.ok) return;
-    const ids = ((await response.json())?.data ?? []).map((entry) => String(entry.id));
-    const list = byId('models');
-    for (const id of ids) {
-      const option = document.createElement('option');
-      option.value = id;
-      list.append(option);
+    const headers = settings.apiKey !== '' ? { Authorization: `Bearer ${settings.apiKey}` } : {};
+    const response = await fetch('/v1/models', { headers });
+    if (response.status === 401) {
+      panel.requireKey(
+        settings.apiKey === '' ? 'This server requires an API key.' : 'The server refused this API key.',
+      );
+      return;
     }
-    if (model.value === '' && ids.length > 0) model.value = ids[0];
+    if (!response.ok) return;
+    panel.setModels(((await response.json())?.data ?? []).map((entry) => String(entry.id)));
+    showModelName();
   } catch {
-    // No model list: the field stays free text, and a name the server does not serve gets its error.
+    // No model list: the request names the model in the settings, and the server says if it has none.
+  }
+}
+
+/** localStorage, or a stand-in in memory when the browser refuses it (storage switched off). */
+function browserStorage() {
+  try {
+    const probe = 'tokenrelay.probe';
+    localStorage.setItem(probe, '1');
+    localStorage.removeItem(probe);
+    return localStorage;
+  } catch {
+    const items = new Map();
+    return {
+      getItem: (key) => items.get(key) ?? null,
+      setItem: (key, value) => items.set(key, String(value)),
+      removeItem: (key) => items.delete(key),
+    };
   }
 }

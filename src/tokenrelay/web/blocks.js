@@ -31,9 +31,13 @@ import { renderTokens } from './markdown.js';
  */
 
 export class BlockRenderer {
-  /** @param {{parse: (src: string, env: object) => any[]}} md from createMarkdown() */
-  constructor(md) {
+  /**
+   * @param {{parse: (src: string, env: object) => any[]}} md from createMarkdown()
+   * @param {{highlight?: import('./markdown.js').Highlighter | null}} options code.js's createHighlighter()
+   */
+  constructor(md, { highlight = null } = {}) {
     this._md = md;
+    this._highlight = highlight;
     this._tail = '';
     this._dirty = false;
     this._cr = false; // the last push ended in CR, already turned into LF: an LF opening the next is its pair
@@ -74,11 +78,12 @@ export class BlockRenderer {
         break;
       }
     }
-    if (cut === 0) return { closed: [], open: renderTokens(tokens) };
+    const hl = this._highlight;
+    if (cut === 0) return { closed: [], open: renderTokens(tokens, 0, tokens.length, hl) };
     this._tail = tail.slice(lineStarts[tokens[starts[cut]].map[0]]);
     return {
-      closed: renderTokens(tokens, 0, starts[cut]),
-      open: renderTokens(tokens, starts[cut]),
+      closed: renderTokens(tokens, 0, starts[cut], hl),
+      open: renderTokens(tokens, starts[cut], tokens.length, hl),
     };
   }
 
@@ -86,7 +91,8 @@ export class BlockRenderer {
   finish() {
     if (this._finished) return { closed: [], open: null };
     this._finished = true;
-    const closed = this._tail === '' ? [] : renderTokens(this._md.parse(this._tail, {}));
+    const tokens = this._tail === '' ? [] : this._md.parse(this._tail, {});
+    const closed = renderTokens(tokens, 0, tokens.length, this._highlight);
     this._tail = '';
     this._dirty = false;
     return { closed, open: [] };

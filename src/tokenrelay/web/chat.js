@@ -11,12 +11,28 @@ import { SSEParser } from './sse.js';
 
 /**
  * @typedef {'finished' | 'stopped' | 'error' | 'truncated'} Status
- * @typedef {{
+ * @typedef {{ttftMs: number | null, tokens: number, tokensPerSecond: number | null}} Stats
+ * @typedef {Stats & {
  *   status: Status, content: string, finishReason: string | null, error: string | null,
- *   usage: {prompt_tokens?: number, completion_tokens?: number} | null,
- *   ttftMs: number | null, totalMs: number, tokens: number, tokensPerSecond: number | null,
- * }} Outcome
+ *   httpStatus: number | null, usage: {prompt_tokens?: number, completion_tokens?: number} | null,
+ *   totalMs: number,
+ * }} Outcome httpStatus: the status of a response that refused the request (401, 404, 429…), else null
  */
+
+/**
+ * The stream's numbers so far. Tokens per second of generation run from the first token to the last, so
+ * TTFT is not counted twice; while streaming `tokens` counts content chunks (the usage chunk comes last).
+ * @param {{started: number, firstAt: number | null, lastAt: number | null, tokens: number}} times
+ * @returns {Stats}
+ */
+export function streamStats({ started, firstAt, lastAt, tokens }) {
+  const span = firstAt !== null && lastAt > firstAt ? (lastAt - firstAt) / 1000 : 0;
+  return {
+    ttftMs: firstAt === null ? null : firstAt - started,
+    tokens,
+    tokensPerSecond: span > 0 && tokens > 1 ? (tokens - 1) / span : null,
+  };
+}
 
 /**
  * Reads the chunks of one reply (sans-I/O): feed(event) returns the new content text, if any.
@@ -75,46 +91,67 @@ export class ChunkReader {
 
 /**
  * POST one chat request and stream the reply. Never throws: every ending is an Outcome.
+ * `params` go into the request body beside model and messages (temperature, max_tokens); `apiKey`, when
+ * set, is sent as a bearer token. onDelta gets each piece of text and the stream's numbers so far.
  * @param {{
- *   model: string, messages: {role: string, content: string}[], onDelta: (text: string) => void,
+ *   model: string, messages: {role: string, content: string}[],
+ *   onDelta: (text: string, stats: Stats) => void, params?: object, apiKey?: string,
  *   signal?: AbortSignal, url?: string, fetch?: typeof fetch, now?: () => number,
  * }} options
  * @returns {Promise<Outcome>}
  */
-export async function streamChat({ model, messages, onDelta, signal, url = '/v1/chat/completions', ...io }) {
+export async function streamChat({
+  model,
+  messages,
+  onDelta,
+  params = {},
+  apiKey = '',
+  signal,
+  url = '/v1/chat/completions',
+  ...io
+}) {
   const fetchImpl = io.fetch ?? globalThis.fetch.bind(globalThis);
   const now = io.now ?? (() => globalThis.performance.now());
   const reader = new ChunkReader();
   const started = now();
   let firstAt = null;
   let lastAt = null;
+  let httpStatus = null;
   const outcome = (status, error = reader.error) => {
     const end = now();
     const tokens = reader.usage?.completion_tokens ?? reader.chunks;
-    // Tokens per second of generation: from the first token to the last, so TTFT is not counted twice.
-    const span = firstAt !== null && lastAt > firstAt ? (lastAt - firstAt) / 1000 : 0;
     return {
       status,
       content: reader.content,
       finishReason: reader.finishReason,
       error,
+      httpStatus,
       usage: reader.usage,
-      ttftMs: firstAt === null ? null : firstAt - started,
       totalMs: end - started,
-      tokens,
-      tokensPerSecond: span > 0 && tokens > 1 ? (tokens - 1) / span : null,
+      ...streamStats({ started, firstAt, lastAt, tokens }),
     };
   };
+  const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
+  if (apiKey !== '') headers.Authorization = `Bearer ${apiKey}`;
 
   let body;
   try {
     const response = await fetchImpl(url, {
       method: 'POST',
-      headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
-      body: JSON.stringify({ model, messages, stream: true, stream_options: { include_usage: true } }),
+      headers,
+      body: JSON.stringify({
+        ...params,
+        model,
+        messages,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
       signal,
     });
-    if (!response.ok) return outcome('error', await errorMessage(response));
+    if (!response.ok) {
+      httpStatus = response.status;
+      return outcome('error', await errorMessage(response));
+    }
     const type = response.headers.get('Content-Type') ?? '';
     if (!type.startsWith('text/event-stream') || !response.body) {
       return outcome('error', `expected an event stream, got ${type || 'no content type'}`);
@@ -134,7 +171,7 @@ export async function streamChat({ model, messages, onDelta, signal, url = '/v1/
         if (text !== '') {
           lastAt = now();
           firstAt ??= lastAt;
-          onDelta(text);
+          onDelta(text, streamStats({ started, firstAt, lastAt, tokens: reader.chunks }));
         }
       }
       if (reader.done || reader.error !== null) {

@@ -19,7 +19,7 @@
 // prettier-ignore
 export const ALLOWED_TAGS = new Set([
   'a', 'blockquote', 'br', 'code', 'em', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6', 'hr', 'li', 'ol', 'p', 'pre', 's',
-  'strong', 'table', 'tbody', 'td', 'th', 'thead', 'tr', 'ul',
+  'span', 'strong', 'table', 'tbody', 'td', 'th', 'thead', 'tr', 'ul',
 ]);
 
 /** Every attribute the renderer can produce (values: see renderTokens). */
@@ -67,13 +67,19 @@ export function createMarkdown(MarkdownIt) {
  */
 
 /**
+ * @typedef {(code: string, language: string) => Node[] | null} Highlighter
+ * Nodes for a code block's content (spans with classes and text: code.js), or null to keep it plain text.
+ */
+
+/**
  * Describe block tokens `tokens[from..to)` (from md.parse) as nodes. Built from the token stream, not from
  * markdown-it's HTML, so text can only ever be text. Concatenating the results for consecutive slices cut at
  * top-level block starts gives the result for the whole range; blocks.js relies on that.
  * @param {any[]} tokens
+ * @param {Highlighter | null} highlight for the content of fenced code blocks that name a language
  * @returns {Node[]}
  */
-export function renderTokens(tokens, from = 0, to = tokens.length) {
+export function renderTokens(tokens, from = 0, to = tokens.length, highlight = null) {
   const root = element('', null);
   const stack = [root];
   for (let i = from; i < to; i++) {
@@ -94,7 +100,9 @@ export function renderTokens(tokens, from = 0, to = tokens.length) {
     } else if (token.type === 'fence' || token.type === 'code_block') {
       const language = token.info ? token.info.trim().split(/\s+/)[0] : '';
       const attrs = LANGUAGE.test(language) ? { class: `language-${language}` } : null;
-      append(append(top, element('pre', null)), element('code', attrs)).children.push(token.content);
+      const code = append(append(top, element('pre', null)), element('code', attrs));
+      const nodes = attrs !== null && highlight !== null ? highlight(token.content, language) : null;
+      code.children.push(...(nodes ?? [token.content]));
     } else if (token.type === 'hr') {
       append(top, element('hr', null));
     } else if (token.content) {
