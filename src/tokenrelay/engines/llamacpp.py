@@ -190,7 +190,9 @@ class LlamaCppEngine:
         return list(self._llama.tokenize(text, add_bos=isinstance(prompt, str), special=True))
 
     async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
-        prompt_ids = self.prompt_ids(prompt)
+        loop = asyncio.get_running_loop()
+        # On the worker, not the event loop: a long prompt takes a while to template and tokenize.
+        prompt_ids = await loop.run_in_executor(self._executor, self.prompt_ids, prompt)
         room = self.n_ctx - len(prompt_ids)
         if room < 1:
             raise InvalidRequestError(
@@ -199,7 +201,6 @@ class LlamaCppEngine:
                 code="context_length_exceeded",
             )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
-        loop = asyncio.get_running_loop()
         lock = self._locks.setdefault(loop, asyncio.Lock())
         async with lock:
             tokens = await loop.run_in_executor(self._executor, self._start, prompt_ids, params)
