@@ -299,9 +299,10 @@ def _closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") ->
     raise AssertionError(f"connection still open after {seconds} s")
 
 
-def test_slow_headers_and_slow_bodies_are_dropped() -> None:
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_slow_headers_and_slow_bodies_are_dropped(http: str) -> None:
     app, _ = replay_app("fine", rate=None, body_timeout=1.0)
-    with serve_relay(app, header_timeout=1.0) as url:
+    with serve_relay(app, header_timeout=1.0, http=http) as url:
         host, port = url.removeprefix("http://").split(":")
         # Nothing at all, then headers a byte at a time: both closed after the header timeout.
         with socket.create_connection((host, int(port))) as idle:
@@ -346,12 +347,13 @@ def test_slow_headers_and_slow_bodies_are_dropped() -> None:
 # -- §3: normal disconnects are one INFO line -----------------------------------------------------------
 
 
+@pytest.mark.parametrize("http", ["httptools", "h11"])
 def test_a_mid_body_disconnect_and_a_send_timeout_are_one_info_line_each(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, http: str
 ) -> None:
     text = "word " * 100_000
     app, _ = replay_app(text, rate=None, send_timeout=0.5, max_tokens_limit=200_000)
-    with caplog.at_level(logging.INFO), serve_relay(app) as url:
+    with caplog.at_level(logging.INFO), serve_relay(app, http=http) as url:
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as sock:
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
