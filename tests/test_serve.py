@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -45,6 +47,14 @@ def test_serve_the_embedded_model_to_the_official_sdk() -> None:
         assert proc.wait(timeout=20) == 0
         log = server.output()
         assert "ttft=" in log and "itl_p95=" in log
+
+
+def test_serve_help_shows_the_shutdown_and_slow_client_options() -> None:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "tokenrelay", "serve", "--help"], capture_output=True, text=True, timeout=60
+    ).stdout
+    for option in ("--graceful-timeout", "--header-timeout", "--body-timeout", "--max-prompt-chars", "--api-key"):
+        assert option in help_text, option
 
 
 def _events(raw: bytes) -> list[str]:
