@@ -53,7 +53,13 @@ def test_serve_help_shows_the_shutdown_and_slow_client_options() -> None:
     help_text = subprocess.run(
         [sys.executable, "-m", "tokenrelay", "serve", "--help"], capture_output=True, text=True, timeout=60
     ).stdout
-    for option in ("--graceful-timeout", "--header-timeout", "--body-timeout", "--max-prompt-chars", "--api-key"):
+    for option in (
+        "--graceful-timeout",
+        "--header-timeout",
+        "--body-timeout",
+        "--max-prompt-chars",
+        "--api-key",
+    ):
         assert option in help_text, option
 
 

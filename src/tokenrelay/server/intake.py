@@ -4,7 +4,7 @@ Everything knowable before the first byte is checked before the status line (iss
 size and how long it takes to arrive, the JSON and every field, the model, the prompt's size, its tokens and
 the context they must fit in. A refused request gets an OpenAI-shaped 4xx, never a 200 and an in-stream error.
 
-The costly part (parsing a large body, rendering a chat template, tokenizing) runs on a small thread pool, not
+The costly part (parsing a large body, rendering a chat template, tokenizing) runs on a one-thread pool, not
 on the event loop, so a 200 KB prompt cannot stall the streams already running; small requests, the common
 case, are prepared inline where a thread hop would cost more than the work. ``max_prompt_chars`` bounds what
 one request may cost there.
@@ -121,15 +121,16 @@ class Intake:
         max_tokens_limit: int,
         default_max_tokens: int,
         max_prompt_chars: int,
-        workers: int = 2,
+        workers: int = 1,
     ) -> None:
         self.engine = engine
         self.models = tuple(models)
         self.max_tokens_limit = max_tokens_limit
         self.default_max_tokens = default_max_tokens
         self.max_prompt_chars = max_prompt_chars
-        # Bounded: several huge prompts queue here instead of taking every core (and the GIL) from the
-        # streams. Detokenizers are primed with long prompts here too (``stream_events(executor=...)``).
+        # Bounded: huge prompts queue here instead of taking every core (and the GIL) from the streams. One
+        # worker by default: priming a detokenizer with a long prompt (``stream_events(executor=...)``, here
+        # too) is Python code, and each more thread running it makes the event loop wait longer for the GIL.
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tokenrelay-intake")
 
     async def prepare(self, body: bytes, kind: Literal["chat", "completion"]) -> Prepared:

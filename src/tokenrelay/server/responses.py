@@ -171,9 +171,10 @@ class EventStreamResponse(Response):
                 started = await write(
                     {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
                 )
-                if started and await write(
+                opened = started and await write(
                     {"type": "http.response.body", "body": OPENING, "more_body": True}
-                ):
+                )
+                if opened and self._tail is None:  # (interrupted before it began: straight to the tail)
                     async for frame in self._frames:
                         if not await write({"type": "http.response.body", "body": frame, "more_body": True}):
                             break
