@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+import httpx
 
 from tokenrelay import load_tokenizer
 from tokenrelay.engines import ReplayEngine
@@ -115,3 +122,66 @@ def split_response(raw: bytes) -> tuple[str, list[bytes]]:
         chunks.append(rest[:size])
         rest = rest[size + 2 :]
     return head.decode("latin-1"), chunks
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """A running ``tokenrelay serve``: its URL, its process, and everything it printed so far."""
+
+    def __init__(self, url: str, proc: subprocess.Popen[str]) -> None:
+        self.url = url
+        self.proc = proc
+        self._lines: list[str] = []
+        # Drained by a thread: a server that logs a lot must never block on a full pipe.
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.append(line)
+
+    def output(self) -> str:
+        """What the server printed (after it exited: all of it)."""
+        if self.proc.poll() is not None:
+            self._reader.join(timeout=10)
+        return "".join(self._lines)
+
+    def rss_kb(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+@contextmanager
+def serve_process(*args: str, timeout: float = 90) -> Iterator[ServerProcess]:
+    """``python -m tokenrelay serve --port FREE ARGS...`` until the block ends (killed if still running)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    server = ServerProcess(f"http://127.0.0.1:{port}", proc)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                if httpx.get(server.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"server did not start:\n{server.output()}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

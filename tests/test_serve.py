@@ -2,60 +2,25 @@
 
 from __future__ import annotations
 
-import os
+import json
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def serve_process(*args: str, timeout: float = 90) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                out = proc.stdout.read() if proc.stdout else ""
-                raise AssertionError(f"server did not start:\n{out}")
-            time.sleep(0.2)
-        yield url, proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
+from server_helpers import raw_post, read_timed, serve_process, split_response
+from tokenrelay._sse import SSEParser
 
 
 def test_serve_the_embedded_model_to_the_official_sdk() -> None:
     pytest.importorskip("llama_cpp")
-    with serve_process("--threads", "2") as (url, proc):
+    with serve_process("--threads", "2") as server:
+        url, proc = server.url, server.proc
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         model = client.models.list().data[0].id
         assert model == "SmolLM2-135M-Instruct"
@@ -80,36 +45,77 @@ def test_serve_the_embedded_model_to_the_official_sdk() -> None:
         assert again.choices[0].message.content == text  # greedy: the streamed and whole replies agree
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
-        log = proc.stdout.read() if proc.stdout else ""
+        log = server.output()
         assert "ttft=" in log and "itl_p95=" in log
 
 
-def test_sigterm_ends_open_streams_and_exits(tmp_path: Path) -> None:
+def test_serve_help_shows_the_shutdown_and_slow_client_options() -> None:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "tokenrelay", "serve", "--help"], capture_output=True, text=True, timeout=60
+    ).stdout
+    for option in (
+        "--graceful-timeout",
+        "--header-timeout",
+        "--body-timeout",
+        "--max-prompt-chars",
+        "--api-key",
+    ):
+        assert option in help_text, option
+
+
+def _events(raw: bytes) -> list[str]:
+    return [e.data for e in SSEParser().feed(b"".join(split_response(raw)[1]))]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_shutdown_lets_streams_finish_then_ends_the_rest_with_an_error_and_done(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     text = tmp_path / "reply.txt"
     text.write_text("word " * 400)
-    with serve_process("--engine", "replay", "--text-file", str(text), "--rate", "20") as (url, proc):
-        with httpx.stream(
-            "POST",
-            url + "/v1/chat/completions",
-            timeout=30,
-            json={
-                "model": "replay",
-                "messages": [{"role": "user", "content": "go"}],
-                "stream": True,
-                "max_tokens": 400,
-            },
-        ) as r:
-            chunks = r.iter_raw()
-            next(chunks)
-            next(chunks)
-            t0 = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            with pytest.raises(httpx.HTTPError):  # the stream is cut, not left hanging
-                for _ in chunks:
-                    pass
-            elapsed = time.monotonic() - t0
-        assert elapsed < 10  # the 5 s graceful timeout, then the stream is cancelled
-        # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status says how it ended.
-        assert proc.wait(timeout=15) in (0, -signal.SIGTERM)
-        log = proc.stdout.read() if proc.stdout else ""
-        assert "finish=cancelled" in log  # the open stream's generation was cancelled and counted
+    args = ("--engine", "replay", "--text-file", str(text), "--rate", "20", "--graceful-timeout", "1.5")
+    with serve_process(*args) as server:
+        url, proc = server.url, server.proc
+
+        def stream(max_tokens: int) -> socket.socket:
+            body = {"model": "replay", "messages": [{"role": "user", "content": "go"}], "stream": True}
+            sock = raw_post(
+                url, "/v1/chat/completions", json.dumps({**body, "max_tokens": max_tokens}).encode()
+            )
+            sock.settimeout(10)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            return sock
+
+        running = [stream(400) for _ in range(5)]  # 20 s of reply each: longer than the grace period
+        short = stream(12)  # 0.6 s: finishes within it
+        time.sleep(0.3)
+        signalled = time.monotonic()
+        proc.send_signal(sig)
+        time.sleep(0.3)
+        host, port = url.removeprefix("http://").split(":")
+        with pytest.raises(OSError):  # no longer accepting
+            socket.create_connection((host, int(port)), timeout=2).close()
+        finished = _events(b"HTTP/1.1 200 OK\r\n\r\n" + b"".join(c for _, c in read_timed(short)))
+        assert json.loads(finished[-2])["choices"][0]["finish_reason"] == "length"
+        assert finished[-1] == "[DONE]"
+        for sock in running:
+            raw = b"".join(c for _, c in read_timed(sock))
+            assert raw.endswith(b"0\r\n\r\n")  # a clean end of the chunked body
+            events = _events(b"HTTP/1.1 200 OK\r\n\r\n" + raw)
+            assert events[-1] == "[DONE]"
+            error = json.loads(events[-2])["error"]
+            assert error["type"] == "server_error" and error["code"] == "server_shutting_down"
+            assert set(error) == {"message", "type", "param", "code"}
+            assert any('"content":"word"' in e or '"content":" word"' in e for e in events)
+            sock.close()
+        ended = time.monotonic() - signalled
+        assert 1.4 < ended < 5, ended  # the grace period, then the end
+        assert proc.wait(timeout=15) == 0  # a graceful shutdown is a normal exit
+        log = server.output()
+    assert "Traceback" not in log and "CancelledError" not in log and "ERROR" not in log, log
+    lines = [line for line in log.splitlines() if "tokenrelay.server: /v1/chat/completions" in line]
+    assert sum("finish=shutdown" in line for line in lines) == 5, lines
+    assert sum("finish=length" in line and line.endswith("+12") for line in lines) == 1, lines
+    for line in lines:
+        prompt, completion = (int(n) for n in line.rsplit("tokens=", 1)[1].split("+"))
+        assert prompt > 0 and completion > 0, line

@@ -9,7 +9,7 @@ import time
 import openai
 import pytest
 
-from test_serve import serve_process
+from server_helpers import serve_process
 
 pytest.importorskip("llama_cpp")
 
@@ -39,7 +39,8 @@ async def stream_one(client: openai.AsyncOpenAI, question: str, max_tokens: int)
 
 
 def test_concurrent_chats_stream_together_exactly_and_one_can_leave() -> None:
-    with serve_process("--threads", "2", "--parallel", "4", "--n-ctx", "512") as (url, proc):
+    with serve_process("--threads", "2", "--parallel", "4", "--n-ctx", "512") as server:
+        url, proc = server.url, server.proc
 
         async def scenario() -> None:
             async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client:
@@ -79,6 +80,6 @@ def test_concurrent_chats_stream_together_exactly_and_one_can_leave() -> None:
         asyncio.run(scenario())
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
-        log = proc.stdout.read() if proc.stdout else ""
+        log = server.output()
         assert "finish=cancelled" in log
         assert "4 parallel" in log

@@ -266,6 +266,8 @@ def test_body_size_api_key_and_unknown_routes() -> None:
             r = httpx.post(url + "/v1/chat/completions", content=chat(), headers=headers)
             assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
         r = httpx.get(url + "/v1/nope")
+        assert r.status_code == 401  # with a key set, unknown paths need it too (issue 12)
+        r = httpx.get(url + "/v1/nope", headers=auth)
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
         r = httpx.post(url + "/v1/chat/completions", content=chat(stream=False), headers=auth)
         assert r.status_code == 200

@@ -14,9 +14,11 @@ from ._errors import (
     PayloadTooLargeError,
     ProtocolError,
     RateLimitError,
+    RequestTimeoutError,
     StreamTruncated,
     TokenizerError,
     TokenRelayError,
+    UnavailableError,
 )
 from ._openai import (
     ChatChunkWriter,
@@ -52,6 +54,7 @@ __all__ = [
     "PayloadTooLargeError",
     "ProtocolError",
     "RateLimitError",
+    "RequestTimeoutError",
     "SSEParser",
     "ServerSentEvent",
     "StopMatcher",
@@ -64,6 +67,7 @@ __all__ = [
     "TokenRelayError",
     "Tokenizer",
     "TokenizerError",
+    "UnavailableError",
     "Usage",
     "__version__",
     "chat_completion",

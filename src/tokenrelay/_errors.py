@@ -10,9 +10,11 @@ lookup table of its own::
     ├── ProtocolError                    502 server_error        a peer broke the SSE / OpenAI wire format
     │   └── StreamTruncated              502 server_error        the stream ended before it finished
     ├── EngineError                      500 server_error        the model failed mid-generation
+    ├── UnavailableError                 503 server_error        the server is shutting down
     └── InvalidRequestError              400 invalid_request_error
         ├── AuthenticationError          401 authentication_error
         ├── NotFoundError                404 not_found_error
+        ├── RequestTimeoutError          408 invalid_request_error   the body did not arrive in time
         ├── PayloadTooLargeError         413 invalid_request_error
         └── RateLimitError               429 rate_limit_error
 
@@ -30,9 +32,11 @@ __all__ = [
     "PayloadTooLargeError",
     "ProtocolError",
     "RateLimitError",
+    "RequestTimeoutError",
     "StreamTruncated",
     "TokenRelayError",
     "TokenizerError",
+    "UnavailableError",
 ]
 
 
@@ -82,6 +86,12 @@ class EngineError(TokenRelayError):
     """The engine failed while generating."""
 
 
+class UnavailableError(TokenRelayError):
+    """The server cannot finish the request now (it is shutting down); the client may retry elsewhere."""
+
+    status_code = 503
+
+
 class InvalidRequestError(TokenRelayError):
     """The client sent a request that cannot be served as it is."""
 
@@ -97,6 +107,10 @@ class AuthenticationError(InvalidRequestError):
 class NotFoundError(InvalidRequestError):
     status_code = 404
     error_type = "not_found_error"
+
+
+class RequestTimeoutError(InvalidRequestError):
+    status_code = 408
 
 
 class PayloadTooLargeError(InvalidRequestError):

@@ -26,6 +26,7 @@ from ._errors import (
     PayloadTooLargeError,
     ProtocolError,
     RateLimitError,
+    RequestTimeoutError,
     TokenRelayError,
 )
 from ._sse import ServerSentEvent
@@ -210,14 +211,18 @@ def text_completion(
 
 
 def error_event(error: TokenRelayError) -> bytes:
-    """An in-stream error frame. The SDKs raise ``APIError`` with its message when they read one."""
-    return b"data: " + json_bytes(error.to_openai()) + b"\n\n"
+    """An in-stream error frame. The SDKs raise ``APIError`` with its message when they read one.
+
+    ASCII JSON: a message that quotes the client's input must not fail on a lone surrogate in it.
+    """
+    return b"data: " + json.dumps(error.to_openai(), separators=(",", ":")).encode() + b"\n\n"
 
 
 _BY_STATUS: dict[int, type[TokenRelayError]] = {
     400: InvalidRequestError,
     401: AuthenticationError,
     404: NotFoundError,
+    408: RequestTimeoutError,
     413: PayloadTooLargeError,
     429: RateLimitError,
 }

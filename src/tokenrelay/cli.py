@@ -248,6 +248,22 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         "--keepalive", type=float, default=15.0, help="seconds of silence before a keep-alive"
     )
     parser.add_argument("--send-timeout", type=float, default=30.0, help="drop clients that stop reading")
+    parser.add_argument(
+        "--header-timeout", type=float, default=10.0, help="seconds a client has to send its request headers"
+    )
+    parser.add_argument(
+        "--body-timeout", type=float, default=30.0, help="seconds a client has to send its request body (408)"
+    )
+    parser.add_argument(
+        "--max-prompt-chars", type=int, default=200_000, help="longer prompts are refused (400) untokenized"
+    )
+    parser.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=5.0,
+        help="on SIGTERM/SIGINT, seconds running replies get to finish before each is ended with an error "
+        "event and [DONE]",
+    )
     parser.add_argument("--no-gzip", action="store_true", help="do not compress ordinary responses")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     _add_engine_options(parser)
@@ -267,10 +283,20 @@ def _run_serve(args: argparse.Namespace) -> int:
         default_max_tokens=args.default_max_tokens,
         keepalive_interval=args.keepalive,
         send_timeout=args.send_timeout,
+        body_timeout=args.body_timeout,
+        max_prompt_chars=args.max_prompt_chars,
         gzip=not args.no_gzip,
     )
     _stderr(f"tokenrelay: serving {engine.model} on http://{args.host}:{args.port} (chat page at /)")
-    serve(engine, config, host=args.host, port=args.port, log_level=args.log_level)
+    serve(
+        engine,
+        config,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        graceful_timeout=args.graceful_timeout,
+        header_timeout=args.header_timeout,
+    )
     return 0
 
 

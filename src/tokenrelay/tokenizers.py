@@ -138,6 +138,10 @@ def _is_byte_token(piece: str) -> int | None:
     return None
 
 
+# From this many characters on, HF tokenization takes long enough (~1 ms) to release the GIL for it.
+_LONG_TEXT = 4096
+
+
 class HFTokenizer(_Base):
     """A ``tokenizers.Tokenizer``; reference decode is the library's own ``decode``."""
 
@@ -164,7 +168,11 @@ class HFTokenizer(_Base):
         return self._tk
 
     def encode(self, text: str) -> list[int]:
-        return list(self._tk.encode(text, add_special_tokens=False).ids)
+        if len(text) < _LONG_TEXT:
+            return list(self._tk.encode(text, add_special_tokens=False).ids)
+        # encode() holds the GIL for the whole text; encode_batch() releases it while it works, so a server
+        # tokenizing a long prompt in a worker thread keeps its event loop (and its streams) running.
+        return list(self._tk.encode_batch([text], add_special_tokens=False)[0].ids)
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         return str(self._tk.decode(list(ids), skip_special_tokens=skip_special_tokens))

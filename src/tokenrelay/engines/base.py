@@ -16,9 +16,11 @@ reply ended.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -36,6 +38,10 @@ Prompt: TypeAlias = str | Sequence[ChatMessage]
 
 Step: TypeAlias = Sequence[int]
 """The token ids one engine iteration produced."""
+
+
+# Prompts up to this many ids prime a detokenizer in well under a millisecond.
+_INLINE_PROMPT_IDS = 512
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,8 @@ async def stream_events(
     stops: Sequence[str] = (),
     include_stop: bool = False,
     clock: Callable[[], float] = time.perf_counter,
+    prompt_ids: Sequence[int] | None = None,
+    executor: Executor | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Run ``engine`` through a ``TextStream``: ``TextDelta`` events, then exactly one ``Finished``.
 
@@ -111,10 +119,13 @@ async def stream_events(
     stream finishes (a stop string, a stop id, ``max_tokens``), so the engine computes no step past the end;
     closing or cancelling this iterator closes the engine's too. An engine failure that is not already a
     ``TokenRelayError`` is raised as ``EngineError``. Timestamps come from ``clock``, started before the
-    prompt is tokenized, so TTFT includes prefill.
+    prompt is tokenized, so TTFT includes prefill. ``prompt_ids`` are ``engine.prompt_ids(prompt)`` when the
+    caller already has them (the server tokenizes off the event loop, before the response starts); a long
+    prompt primes the detokenizer on ``executor`` (default: the event loop's), never on the loop itself.
     """
     started = clock()
-    prompt_ids = engine.prompt_ids(prompt)
+    if prompt_ids is None:
+        prompt_ids = engine.prompt_ids(prompt)
     max_tokens = params.max_tokens
     # An engine whose requests each hold ``n_ctx`` tokens ends a reply when its sequence is full: that is a
     # "length" finish like max_tokens, never a silent "stop".
@@ -122,15 +133,24 @@ async def stream_events(
     if isinstance(n_ctx, int) and n_ctx > len(prompt_ids):
         room = n_ctx - len(prompt_ids)
         max_tokens = room if max_tokens is None else min(max_tokens, room)
-    stream = TextStream(
-        engine.tokenizer,
-        stops=stops,
-        include_stop=include_stop,
-        stop_token_ids=engine.stop_token_ids,
-        max_tokens=max_tokens,
-        prompt_ids=prompt_ids,
-        started_at=started,
-    )
+
+    def text_stream() -> TextStream:
+        return TextStream(
+            engine.tokenizer,
+            stops=stops,
+            include_stop=include_stop,
+            stop_token_ids=engine.stop_token_ids,
+            max_tokens=max_tokens,
+            prompt_ids=prompt_ids,
+            started_at=started,
+        )
+
+    # The detokenizer is primed with the prompt (it decodes it): for a long prompt that is milliseconds of
+    # work, which must not stall a server's event loop (issue 12), so it happens in a worker thread.
+    if len(prompt_ids) <= _INLINE_PROMPT_IDS:
+        stream = text_stream()
+    else:
+        stream = await asyncio.get_running_loop().run_in_executor(executor, text_stream)
     steps = engine.generate(prompt, params)
     try:
         async for step in steps:

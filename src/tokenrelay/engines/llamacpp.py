@@ -257,7 +257,10 @@ class LlamaCppEngine:
     async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
         if self._closed:
             raise EngineError(f"{self._model}: the engine is closed")
-        prompt_ids = self.prompt_ids(prompt)
+        loop = asyncio.get_running_loop()
+        # Off the event loop: a long prompt takes a while to template and tokenize (llama.cpp's vocabulary is
+        # read-only, so this thread and the decode worker may use it at once, as llama-server's threads do).
+        prompt_ids = await loop.run_in_executor(None, self.prompt_ids, prompt)
         room = self.n_ctx - len(prompt_ids)
         if room < 1 or not prompt_ids:
             raise InvalidRequestError(
@@ -266,7 +269,7 @@ class LlamaCppEngine:
                 code="context_length_exceeded",
             )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
-        request = _Request(prompt_ids, params, limit, asyncio.get_running_loop())
+        request = _Request(prompt_ids, params, limit, loop)
         self._inbox.put(request)
         finished = False
         try:

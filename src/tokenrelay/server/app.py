@@ -1,38 +1,43 @@
 """The OpenAI-compatible app: routes, errors, limits, metrics, and the glue from engine events to frames.
 
-``create_app(engine, config)`` returns a FastAPI app. A generation request goes: API key → body size limit →
-``parse_generation`` (400s) → model check (404) → admission (429) → a response that runs the engine through
+``create_app(engine, config)`` returns a FastAPI app. A generation request goes: API key (for every costly
+path, ``intake.needs_key``) → body size and time limits → ``Intake.prepare`` (400s, the model's 404, the prompt's
+tokens, off the event loop when large) → admission (429) → a response that runs the engine through
 ``stream_events`` (``TextStream``: detokenizer + stops) and the chunk writers of ``_openai``. Every error
 becomes an OpenAI-shaped body ``{"error": {"message", "type", "param", "code"}}``; the server keeps serving.
+
+Shutdown (``drain``, called by ``server.run`` when SIGTERM or SIGINT arrives): new generations get a 503,
+running ones get ``grace`` seconds to finish, then each is ended with an OpenAI-shaped error event and
+``data: [DONE]`` (a whole-body request gets a 503), so every client learns why its reply stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import hmac
 import itertools
+import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tokenrelay._errors import (
-    AuthenticationError,
     EngineError,
     NotFoundError,
-    PayloadTooLargeError,
     RateLimitError,
+    RequestTimeoutError,
     TokenRelayError,
+    UnavailableError,
 )
 from tokenrelay._openai import (
     DONE,
@@ -48,9 +53,10 @@ from tokenrelay.engines.base import Engine, stream_events
 
 from .admission import Admission
 from .diagnostics import add_diagnostics_routes
+from .intake import OPEN_PATHS, ClientGone, Intake, Prepared, check_key, needs_key, read_body
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .openapi import describe
 from .page import mount_page
-from .requests import ChatCompletionBody, CompletionBody, Generation, parse_generation
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
 
 __all__ = ["ServerConfig", "create_app"]
@@ -66,6 +72,8 @@ class ServerConfig:
     max_active: int = 64  # generations running at once
     max_queued: int = 256  # generations waiting for a slot; beyond this, 429
     max_body_bytes: int = 1 << 20  # larger request bodies get 413
+    body_timeout: float = 30.0  # a request body that takes longer to arrive gets 408
+    max_prompt_chars: int = 200_000  # longer prompts get 400 before they are tokenized
     max_tokens_limit: int = 4096  # the largest max_tokens a request may ask for
     default_max_tokens: int = 512  # when a request names none
     keepalive_interval: float = 15.0  # seconds of silence before a keep-alive comment
@@ -83,41 +91,38 @@ class _Server:
         self.metrics = ServerMetrics()
         self.admission = Admission(config.max_active, config.max_queued, self.metrics, config.retry_after)
         self.models = (engine.model, *config.model_aliases)
+        self.intake = Intake(
+            engine,
+            self.models,
+            max_tokens_limit=config.max_tokens_limit,
+            default_max_tokens=config.default_max_tokens,
+            max_prompt_chars=config.max_prompt_chars,
+        )
         self.live: set[_Run] = set()  # generation requests whose response has not finished cleaning up
+        self.draining = False
 
-    def check_key(self, request: Request) -> None:
-        key = self.config.api_key
-        if key is None:
+    def drain(self, grace: float) -> None:
+        """Shutdown has begun: refuse new generations; end the running ones after ``grace`` seconds."""
+        if self.draining:
             return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-            raise AuthenticationError(
-                "invalid or missing API key (send 'Authorization: Bearer KEY')", code="invalid_api_key"
-            )
+        self.draining = True
+        log.info("shutting down: %d generations running, %.1f s to finish", len(self.live), grace)
+        asyncio.get_running_loop().call_later(grace, self.interrupt_all)
 
-    async def read_body(self, request: Request) -> bytes:
-        limit = self.config.max_body_bytes
-        declared = request.headers.get("content-length", "")
-        too_big = PayloadTooLargeError(f"request body over {limit} bytes", code="request_too_large")
-        if declared.isdigit() and int(declared) > limit:
-            raise too_big
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_big
-            chunks.append(chunk)
-        return b"".join(chunks)
+    def interrupt_all(self) -> None:
+        if self.live:
+            log.info("grace period over: ending %d generations", len(self.live))
+        for run in list(self.live):
+            run.interrupt()
 
 
 class _Run:
     """One generation request: frames or a body out, then metrics and one log line."""
 
-    def __init__(self, server: _Server, gen: Generation, endpoint: str) -> None:
+    def __init__(self, server: _Server, prepared: Prepared, endpoint: str) -> None:
         self.server = server
-        self.gen = gen
+        self.gen = gen = prepared.gen
+        self.prompt_ids = prepared.prompt_ids
         self.endpoint = endpoint
         self.id = ("chatcmpl-" if gen.kind == "chat" else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
@@ -127,12 +132,29 @@ class _Run:
         self.finished: Finished | None = None
         self.error: TokenRelayError | None = None
         self.asked_for_slot = False
+        self.response: EventStreamResponse | JSONGenerationResponse | None = None
+
+    def interrupt(self) -> None:
+        """End this generation now (shutdown): an error event and [DONE], or a 503 body."""
+        err = UnavailableError("the server is shutting down; retry the request", code="server_shutting_down")
+        if isinstance(self.response, EventStreamResponse):
+            self.response.interrupt(error_event(err) + DONE)
+        elif isinstance(self.response, JSONGenerationResponse):
+            self.response.interrupt(err.status_code, _error_bytes(err))
 
     async def _events(self) -> AsyncIterator[TextDelta | Finished]:
         server, gen = self.server, self.gen
         self.asked_for_slot = True
         async with server.admission.slot():
-            async for event in stream_events(server.engine, gen.prompt, gen.params, stops=gen.stops):
+            events = stream_events(
+                server.engine,
+                gen.prompt,
+                gen.params,
+                stops=gen.stops,
+                prompt_ids=self.prompt_ids,
+                executor=server.intake.pool,
+            )
+            async for event in events:
                 self._record(event)
                 yield event
 
@@ -166,7 +188,15 @@ class _Run:
             async with server.admission.slot():
                 if isinstance(writer, ChatChunkWriter):
                     yield writer.role()  # the first chunk carries the role, as soon as generation starts
-                async for event in stream_events(server.engine, gen.prompt, gen.params, stops=gen.stops):
+                events = stream_events(
+                    server.engine,
+                    gen.prompt,
+                    gen.params,
+                    stops=gen.stops,
+                    prompt_ids=self.prompt_ids,
+                    executor=server.intake.pool,
+                )
+                async for event in events:
                     record(event)
                     if type(event) is TextDelta:
                         yield writer.delta(event.text)
@@ -188,7 +218,7 @@ class _Run:
                     parts.append(event.text)
         except Exception as exc:
             err = self._fail(exc)
-            return err.status_code, json_bytes(err.to_openai())
+            return err.status_code, _error_bytes(err)
         assert self.finished is not None
         usage = self.finished.usage
         shape = chat_completion if gen.kind == "chat" else text_completion
@@ -209,8 +239,10 @@ class _Run:
         server.live.discard(self)
         if not self.asked_for_slot:
             server.admission.leave_unstarted()
-        # Cut short without a finish or an error: the client left, or the server cancelled it at shutdown.
-        cancelled = not outcome.completed and self.finished is None and self.error is None
+        # Cut short without a finish or an error: the client left (or stopped reading), or a forced shutdown.
+        cancelled = (
+            not outcome.completed and not outcome.interrupted and self.finished is None and self.error is None
+        )
         end = time.perf_counter()
         ttft = self.delta_times[0] - self.started if self.delta_times else None
         gaps = [b - a for a, b in itertools.pairwise(self.delta_times)]
@@ -223,17 +255,22 @@ class _Run:
             metrics.cancellations.inc()
         if self.error is not None:
             metrics.errors.labels(self.error.error_type).inc()
-        prompt_tokens = self.finished.usage.prompt_tokens if self.finished else 0
+        elif outcome.interrupted:
+            metrics.errors.labels(UnavailableError.error_type).inc()
+        prompt_tokens = self.finished.usage.prompt_tokens if self.finished else len(self.prompt_ids)
         completion = self.finished.usage.completion_tokens if self.finished else self.completion_ids
         metrics.prompt_tokens.inc(prompt_tokens)
         metrics.completion_tokens.inc(completion)
-        status = (
-            "cancelled"
-            if cancelled
-            else "error"
-            if self.error
-            else (self.finished.reason if self.finished else "?")
-        )
+        if outcome.interrupted:
+            status = "shutdown"  # ended by the server after the grace period
+        elif outcome.send_timed_out:
+            status = "dropped"  # the client stopped reading for send_timeout seconds
+        elif cancelled:
+            status = "cancelled"  # the client left
+        elif self.error:
+            status = "error"
+        else:
+            status = self.finished.reason if self.finished else "?"
         p50, p95 = percentile(gaps, 50), percentile(gaps, 95)
 
         def ms(v: float | None) -> str:
@@ -275,11 +312,18 @@ class _GZipExceptGenerations:
             await self.gzip(scope, receive, send)
 
 
-def _error_response(exc: TokenRelayError) -> JSONResponse:
-    headers = {}
+def _error_bytes(exc: TokenRelayError) -> bytes:
+    # ASCII JSON: a message may quote the client's input, and that must not fail on a lone surrogate.
+    return json.dumps(exc.to_openai(), separators=(",", ":")).encode()
+
+
+def _error_response(exc: TokenRelayError, headers: Mapping[str, str] | None = None) -> Response:
+    extra = dict(headers or {})
     if isinstance(exc, RateLimitError):
-        headers["Retry-After"] = str(max(1, round(exc.retry_after)))
-    return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=headers)
+        extra["Retry-After"] = str(max(1, round(exc.retry_after)))
+    if isinstance(exc, RequestTimeoutError):
+        extra["Connection"] = "close"  # the rest of a late body must not be read as the next request
+    return Response(_error_bytes(exc), exc.status_code, extra, media_type="application/json")
 
 
 class _RelayApp(FastAPI):
@@ -292,22 +336,35 @@ class _RelayApp(FastAPI):
     """
 
     generation_handlers: dict[str, Callable[[Request], Awaitable[Response]]]
+    api_key: str | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            handler = self.generation_handlers.get(scope["path"])
-            if handler is not None:
-                response: Response
-                try:
-                    response = await handler(Request(scope, receive))
-                except TokenRelayError as exc:
-                    response = _error_response(exc)
-                except Exception as exc:
-                    log.exception("unexpected error on POST %s", scope["path"], exc_info=exc)
-                    response = _error_response(TokenRelayError("internal server error"))
-                await response(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        if self.api_key is not None and needs_key(scope["path"]):
+            # Before routing: an unauthenticated request costs no body read, no plan, no stream (issue 12).
+            try:
+                check_key(scope["headers"], self.api_key)
+            except TokenRelayError as exc:
+                await _error_response(exc)(scope, receive, send)
                 return
-        await super().__call__(scope, receive, send)
+        handler = self.generation_handlers.get(scope["path"]) if scope["method"] == "POST" else None
+        if handler is None:
+            await super().__call__(scope, receive, send)
+            return
+        response: Response
+        try:
+            response = await handler(Request(scope, receive))
+        except TokenRelayError as exc:
+            response = _error_response(exc)
+        except ClientGone as exc:  # a normal event: one line, no traceback, no response to send
+            log.info("POST %s: %s", scope["path"], exc)
+            return
+        except Exception as exc:
+            log.exception("unexpected error on POST %s", scope["path"], exc_info=exc)
+            response = _error_response(TokenRelayError("internal server error"))
+        await response(scope, receive, send)
 
 
 def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
@@ -324,69 +381,74 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
             if not server.live:
                 break
             await asyncio.sleep(0.01)
+        server.intake.close()
         await engine.aclose()
 
     app = _RelayApp(title="tokenrelay", version="0.1.0", lifespan=lifespan)
     app.state.tokenrelay = server
+    app.api_key = config.api_key
     if config.gzip:
         app.add_middleware(_GZipExceptGenerations, minimum_size=500)
 
     @app.exception_handler(TokenRelayError)
-    async def _relay_error(request: Request, exc: TokenRelayError) -> JSONResponse:
+    async def _relay_error(request: Request, exc: TokenRelayError) -> Response:
         return _error_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         err: TokenRelayError
         if exc.status_code == 404:
             err = NotFoundError(f"{request.method} {request.url.path}: {exc.detail}")
         else:
             err = TokenRelayError(str(exc.detail))
             err.status_code, err.error_type = exc.status_code, "invalid_request_error"
-        return _error_response(err)
+        return _error_response(err, exc.headers)  # a 405 keeps its Allow header
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
         return _error_response(TokenRelayError("internal server error"))
 
+    def shutting_down() -> UnavailableError:
+        return UnavailableError("the server is shutting down; retry the request", code="server_shutting_down")
+
     async def generate(request: Request, kind: Literal["chat", "completion"], endpoint: str) -> Response:
-        server.check_key(request)
-        body = await server.read_body(request)
-        gen = parse_generation(
-            body, kind, max_tokens_limit=config.max_tokens_limit, default_max_tokens=config.default_max_tokens
+        if server.draining:
+            raise shutting_down()
+        body = await read_body(
+            request.receive,
+            request.scope["headers"],
+            limit=config.max_body_bytes,
+            timeout=config.body_timeout,
         )
-        if not gen.model:
-            gen = dataclasses.replace(gen, model=engine.model)
-        if gen.model not in server.models:
-            raise NotFoundError(
-                f"model '{gen.model}' does not exist; this server serves {', '.join(server.models)}",
-                param="model",
-                code="model_not_found",
-            )
+        # Everything knowable before the first byte is checked here, before any status line is sent.
+        prepared = await server.intake.prepare(body, kind)
+        if server.draining:
+            raise shutting_down()
+        gen = prepared.gen
         server.metrics.requests_by_route[endpoint, "true" if gen.stream else "false"].inc()
         server.admission.enter()
-        run = _Run(server, gen, endpoint)
+        run = _Run(server, prepared, endpoint)
         server.live.add(run)
+        response: EventStreamResponse | JSONGenerationResponse
         if gen.stream:
-            return EventStreamResponse(
+            response = EventStreamResponse(
                 run.frames(),
                 keepalive_interval=config.keepalive_interval,
                 send_timeout=config.send_timeout,
                 on_done=run.done,
             )
-        return JSONGenerationResponse(run.body, on_done=run.done)
+        else:
+            response = JSONGenerationResponse(run.body, on_done=run.done)
+        run.response = response
+        return response
 
-    def schema(model: type[ChatCompletionBody] | type[CompletionBody]) -> dict[str, Any]:
-        content = {"application/json": {"schema": model.model_json_schema()}}
-        return {"requestBody": {"required": True, "content": content}}
-
-    @app.post("/v1/chat/completions", openapi_extra=schema(ChatCompletionBody), response_model=None)
+    @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(request: Request) -> Response:
         """OpenAI chat completions; `stream: true` answers with server-sent events."""
         return await generate(request, "chat", "/v1/chat/completions")
 
-    @app.post("/v1/completions", openapi_extra=schema(CompletionBody), response_model=None)
+    @app.post("/v1/completions", response_model=None)
     async def completions(request: Request) -> Response:
         """Legacy OpenAI text completions; `stream: true` answers with server-sent events."""
         return await generate(request, "completion", "/v1/completions")
@@ -394,23 +456,37 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
     app.generation_handlers = {"/v1/chat/completions": chat_completions, "/v1/completions": completions}
 
     @app.get("/v1/models")
-    async def models(request: Request) -> dict[str, Any]:
-        server.check_key(request)
+    async def models() -> dict[str, Any]:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "tokenrelay"} for m in server.models]
         return {"object": "list", "data": data}
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {
-            "status": "ok",
+    async def health() -> JSONResponse:
+        body = {
+            "status": "draining" if server.draining else "ok",
             "model": engine.model,
             "active": server.admission.active,
             "queued": server.admission.waiting,
         }
+        return JSONResponse(body, status_code=503 if server.draining else 200)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> Response:
         return Response(server.metrics.render(), media_type=CONTENT_TYPE)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = describe(
+                get_openapi(title=app.title, version=app.version, routes=app.routes),
+                models=server.models,
+                max_tokens_limit=config.max_tokens_limit,
+                max_prompt_chars=config.max_prompt_chars,
+                api_key=config.api_key is not None,
+                open_paths=OPEN_PATHS,
+            )
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     if config.diagnostics:  # GET /v1/diagnostics/stream and /v1/diagnostics/streams/{id}: the doctor's probe
         add_diagnostics_routes(app)

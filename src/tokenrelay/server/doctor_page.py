@@ -40,7 +40,7 @@ LANES = ("network", "parse", "render", "paint")
 
 
 def _page_headers() -> dict[str, str]:
-    from tokenrelay.server.app import PAGE_HEADERS  # the chat page's policy (CSP, Trusted Types)
+    from tokenrelay.server.page import PAGE_HEADERS  # the chat page's policy (CSP, Trusted Types)
 
     return dict(PAGE_HEADERS)
 

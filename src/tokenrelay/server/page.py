@@ -20,7 +20,7 @@ from fastapi.responses import Response
 
 from tokenrelay._errors import NotFoundError
 
-__all__ = ["PAGE_CSP", "WEB_DIR", "mount_page", "vendor_files"]
+__all__ = ["PAGE_CSP", "PAGE_HEADERS", "WEB_DIR", "mount_page", "vendor_files"]
 
 WEB_DIR = Path(__file__).resolve().parents[1] / "web"
 PAGE_CSP = (

@@ -1,10 +1,16 @@
 """Request bodies for /v1/chat/completions and /v1/completions: bytes in, a validated ``Generation`` out.
 
 Every way a body can be wrong ends in one ``InvalidRequestError`` whose ``param`` names the field, so the
-server answers with an OpenAI-shaped 400 and keeps serving: invalid UTF-8, malformed JSON, a body that is not
-an object, missing or mistyped fields, values out of range, and fields we do not implement that would change
-the result (``n`` ≠ 1, penalties, logprobs, tools, …) — those are refused, never silently ignored. Fields that
-do not change the result (``user``, ``metadata``, ``store``, …) are accepted and ignored.
+server answers with an OpenAI-shaped 400 and keeps serving: invalid UTF-8, malformed JSON (``NaN`` and
+``Infinity`` are not JSON, and nesting deep enough to exhaust the parser is refused, issue 12), a body that is
+not an object, missing or mistyped fields, values out of range, text holding a lone surrogate (``"\ud800"``
+is valid JSON but not Unicode text), a prompt over ``max_prompt_chars``, and fields we do not implement that
+would change the result (``n`` ≠ 1, penalties, logprobs, tools, …) — those are refused, never silently
+ignored. Fields that do not change the result (``user``, ``metadata``, ``store``, …) are accepted and ignored.
+
+Types are strict, as OpenAI's are: ``"stream": "yes"``, ``"max_tokens": "5"`` or ``true`` are 400s naming the
+field, not coerced (an integer is accepted where a number is expected, and a number with no fraction where
+an integer is).
 
 The pydantic models double as the OpenAPI schema of the two endpoints.
 """
@@ -12,10 +18,11 @@ The pydantic models double as the OpenAPI schema of the two endpoints.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from tokenrelay._errors import InvalidRequestError
 from tokenrelay.engines.base import ChatMessage, Prompt, SamplingParams
@@ -26,39 +33,53 @@ MAX_STOPS = 16
 ROLES = ("system", "developer", "user", "assistant")
 
 
+# strict: no coercion from strings or booleans; allow_inf_nan: a non-finite number is refused by name.
+_STRICT = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _STRICT
     include_usage: bool = False
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _STRICT
     type: str
     text: str | None = None
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _STRICT
     role: str
     content: str | list[TextPart] | None = None
 
 
+def _integral(value: object) -> object:
+    # JSON has one number type: 5.0 is the integer 5 (JSON Schema agrees); 5.5, "5" and true are not.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Integer = Annotated[int, BeforeValidator(_integral)]
+
+
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = _STRICT
     model: str = ""  # empty or omitted: the model this server serves
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = None
+    max_tokens: Integer | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: Integer | None = Field(None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
-    n: int = 1
+    n: Integer = 1
 
 
 class ChatCompletionBody(_Common):
     messages: list[Message]
-    max_completion_tokens: int | None = None
+    max_completion_tokens: Integer | None = None
 
 
 class CompletionBody(_Common):
@@ -104,25 +125,91 @@ def _loads(body: bytes) -> dict[str, Any]:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidRequestError(f"the request body is not valid UTF-8 (byte {exc.start})") from exc
+    non_finite: list[str] = []
+
+    def constant(name: str) -> float:  # NaN, Infinity, -Infinity: Python's json takes them, JSON does not
+        non_finite.append(name)
+        return math.nan
+
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=constant)
     except json.JSONDecodeError as exc:
         raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from exc
+    except (
+        ValueError
+    ) as exc:  # Python's limit on integer digits (4,300), not a JSON rule: no such number is sane
+        raise InvalidRequestError("the request body holds an integer with too many digits") from exc
+    except RecursionError as exc:  # ~1,000 nested arrays or objects (a 2 KB body) exhaust the parser
+        raise InvalidRequestError("the request body is not valid JSON: nested too deeply") from exc
     if not isinstance(data, dict):
         raise InvalidRequestError("the request body must be a JSON object")
+    if non_finite:
+        param = _path_of_non_finite(data)
+        where = f" (in {param})" if param else ""
+        raise InvalidRequestError(
+            f"the request body is not valid JSON: {non_finite[0]} is not a JSON number{where}", param=param
+        )
     return data
 
 
-def _from_validation(exc: ValidationError) -> InvalidRequestError:
+def _path_of_non_finite(data: dict[str, Any]) -> str | None:
+    """The dotted path of the first non-finite number in ``data`` (iterative: the data may nest deeply)."""
+    todo: list[tuple[str, object]] = [(str(k), v) for k, v in data.items()]
+    while todo:
+        path, value = todo.pop(0)
+        if isinstance(value, float) and not math.isfinite(value):
+            return path
+        if isinstance(value, dict):
+            todo.extend((f"{path}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            todo.extend((f"{path}.{i}", v) for i, v in enumerate(value))
+    return None
+
+
+def _check_text(value: str, param: str) -> None:
+    """Refuse a string that is not Unicode text: a lone surrogate cannot be tokenized, written or logged."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(
+            f"{param} holds a lone surrogate (U+{ord(value[exc.start]):04X} at index {exc.start}); "
+            "text must be valid Unicode",
+            param=param,
+        ) from exc
+
+
+def _step_into(node: object, step: int | str) -> tuple[bool, object]:
+    if isinstance(node, dict) and step in node:
+        return True, node[step]
+    if isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+        return True, node[step]
+    return False, node
+
+
+def _from_validation(exc: ValidationError, data: dict[str, Any]) -> InvalidRequestError:
     err = exc.errors()[0]
-    param = ".".join(str(p) for p in err["loc"]) or None
+    # pydantic's location also names the union member it tried ("stop.str", "content.list[TextPart].0"):
+    # keep only the steps that are keys and indices of the request itself, and the name of a missing field.
+    loc = err["loc"]
+    path: list[str] = []
+    node: object = data
+    for i, step in enumerate(loc):
+        found, node = _step_into(node, step)
+        if found or (err["type"] == "missing" and i == len(loc) - 1):
+            path.append(str(step))
+    param = ".".join(path) or None
     message = f"{param}: {err['msg']}" if param else err["msg"]
     return InvalidRequestError(message, param=param)
 
 
+def _is_off(value: object, off: tuple[object, ...]) -> bool:
+    # As JSON compares: true is not 1, false is not 0 (Python's == says they are).
+    return any(value == o and isinstance(value, bool) == isinstance(o, bool) for o in off)
+
+
 def _refuse_unsupported(data: dict[str, Any]) -> None:
     for field, off in _UNSUPPORTED.items():
-        if field in data and data[field] not in off:
+        if field in data and not _is_off(data[field], off):
             raise InvalidRequestError(
                 f"'{field}' is not supported by this server (it would change the reply); remove it",
                 param=field,
@@ -138,6 +225,8 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
         raise InvalidRequestError(f"at most {MAX_STOPS} stop strings are allowed", param="stop")
     if any(s == "" for s in stops):
         raise InvalidRequestError("stop strings must not be empty", param="stop")
+    for s in stops:
+        _check_text(s, "stop")
     return tuple(stops)
 
 
@@ -159,42 +248,50 @@ def _messages(messages: list[Message]) -> list[ChatMessage]:
                         param=f"messages.{i}.content.{j}",
                         code="unsupported_parameter",
                     )
+                _check_text(part.text, f"messages.{i}.content.{j}.text")
                 texts.append(part.text)
             content = "".join(texts)
         else:
             content = m.content or ""
+            _check_text(content, f"messages.{i}.content")
         role = "system" if m.role == "developer" else m.role
         out.append({"role": role, "content": content})
     return out
 
 
 def parse_generation(
-    body: bytes, kind: Literal["chat", "completion"], *, max_tokens_limit: int, default_max_tokens: int
+    body: bytes,
+    kind: Literal["chat", "completion"],
+    *,
+    max_tokens_limit: int,
+    default_max_tokens: int,
+    max_prompt_chars: int | None = None,
 ) -> Generation:
     """Validate a request body; raise ``InvalidRequestError`` (400) naming the field that is wrong."""
     data = _loads(body)
     try:
         req: _Common = (ChatCompletionBody if kind == "chat" else CompletionBody).model_validate(data)
     except ValidationError as exc:
-        raise _from_validation(exc) from exc
+        raise _from_validation(exc, data) from exc
+    except RecursionError as exc:  # deep nesting in a field the validator walks
+        raise InvalidRequestError("the request body is nested too deeply") from exc
+    _check_text(req.model, "model")
     _refuse_unsupported(data)
-    max_tokens = req.max_tokens
-    if isinstance(req, ChatCompletionBody) and req.max_completion_tokens is not None:
-        max_tokens = req.max_completion_tokens
-    param = (
-        "max_completion_tokens"
-        if isinstance(req, ChatCompletionBody) and req.max_completion_tokens
-        else "max_tokens"
-    )
+    limits = {"max_tokens": req.max_tokens}
+    if isinstance(req, ChatCompletionBody):  # the newer name wins when both are given
+        limits["max_completion_tokens"] = req.max_completion_tokens
+    for param, value in limits.items():  # each is checked, used or not
+        if value is not None and value < 1:
+            raise InvalidRequestError(f"{param} must be at least 1", param=param)
+        if value is not None and value > max_tokens_limit:
+            raise InvalidRequestError(f"{param} must be at most {max_tokens_limit}", param=param)
+    max_tokens = limits.get("max_completion_tokens") or req.max_tokens
     if max_tokens is None:
         max_tokens = min(default_max_tokens, max_tokens_limit)
-    elif max_tokens < 1:
-        raise InvalidRequestError(f"{param} must be at least 1", param=param)
-    elif max_tokens > max_tokens_limit:
-        raise InvalidRequestError(f"{param} must be at most {max_tokens_limit}", param=param)
     prompt: Prompt
     if isinstance(req, ChatCompletionBody):
         prompt = _messages(req.messages)
+        size, prompt_param = sum(len(m["content"]) for m in prompt), "messages"
     else:
         assert isinstance(req, CompletionBody)
         if isinstance(req.prompt, list):
@@ -205,6 +302,16 @@ def parse_generation(
             prompt = req.prompt[0]
         else:
             prompt = req.prompt
+        _check_text(prompt, "prompt")
+        size, prompt_param = len(prompt), "prompt"
+    if max_prompt_chars is not None and size > max_prompt_chars:
+        # Checked before tokenizing: the cap bounds the CPU one request can cost (issue 12).
+        raise InvalidRequestError(
+            f"the prompt is {size} characters; this server accepts at most {max_prompt_chars} "
+            "(max_prompt_chars)",
+            param=prompt_param,
+            code="prompt_too_long",
+        )
     params = SamplingParams(
         max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed
     )

@@ -10,6 +10,13 @@
   complete within ``send_timeout`` because the client stopped reading — and cancel the generation at once,
   so the engine computes at most the step it is in.
 
+A client that stopped reading has its connection aborted (through the ``tokenrelay.abort`` scope extension that
+``server.run`` installs), so the server neither waits on it nor reports a half-sent response as an error.
+
+``interrupt()`` ends a response from outside (server shutdown after the grace period): a stream sends the
+given final frames (an error event and ``[DONE]``) and ends its body cleanly; a whole-body response answers
+with the given error status and body.
+
 ``JSONGenerationResponse`` runs a non-streamed generation under the same disconnect watch, then sends one body.
 """
 
@@ -47,7 +54,16 @@ class Outcome:
 
     def __init__(self) -> None:
         self.disconnected = False  # the client went away (or stopped reading) before the end
+        self.send_timed_out = False  # ... by not reading for send_timeout seconds
+        self.interrupted = False  # ended by interrupt() (server shutdown)
         self.completed = False  # the whole body was sent
+
+
+def _abort(scope: Scope) -> None:
+    """Close the connection at once, where the server offers it (``server.run``'s protocol does)."""
+    abort = scope.get("extensions", {}).get("tokenrelay.abort")
+    if callable(abort):
+        abort()
 
 
 class EventStreamResponse(Response):
@@ -66,6 +82,16 @@ class EventStreamResponse(Response):
         self.status_code = 200
         self.background = None
         self.raw_headers = list(STREAM_HEADERS)
+        self._host: asyncio.Task[Any] | None = None
+        self._tail: bytes | None = None  # set by interrupt(): the frames that end the stream
+        self._over = False  # the body's last message is being (or was) sent: too late to interrupt
+
+    def interrupt(self, tail: bytes) -> None:
+        """End the stream now with ``tail`` (final frames) and a clean end of body."""
+        if self._tail is None and not self._over:
+            self._tail = tail
+            if self._host is not None:
+                self._host.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = Outcome()
@@ -78,7 +104,7 @@ class EventStreamResponse(Response):
         # transport to drain; ASGI servers write each message to the transport before they wait, so frames
         # keep their order.
         loop = asyncio.get_running_loop()
-        host = asyncio.current_task()
+        host = self._host = asyncio.current_task()
         clock = time.monotonic
         last_write = clock()  # when the last send completed (or, while one is in progress, when it began)
         sending = ending = stopped = False
@@ -89,6 +115,7 @@ class EventStreamResponse(Response):
             nonlocal stopped
             if not stopped and not ending and host is not None:
                 stopped = True
+                self._over = True  # an interrupt cannot send to a client that is gone
                 host.cancel()
 
         async def write(message: Message) -> bool:
@@ -116,9 +143,10 @@ class EventStreamResponse(Response):
             nonlocal timer
             now = clock()
             if sending and now - last_write > self._send_timeout:
-                # Flow control has blocked this send too long: the client stopped reading. Returning without
-                # finishing the body makes the server close the connection.
-                outcome.disconnected = True
+                # Flow control has blocked this send too long: the client stopped reading. Abort the
+                # connection (the blocked send returns) and stop the generation.
+                outcome.disconnected = outcome.send_timed_out = True
+                _abort(scope)  # first: it also frees a final write that stop() must not cancel
                 stop()
                 return
             if not sending and not ending and now - last_write >= self._keepalive:
@@ -129,26 +157,42 @@ class EventStreamResponse(Response):
                 keep.add_done_callback(extra.discard)
             timer = loop.call_later(period, tick)
 
+        async def end(tail: bytes) -> None:
+            nonlocal ending
+            ending = self._over = True
+            sent = await write({"type": "http.response.body", "body": tail, "more_body": False})
+            outcome.completed = sent and not outcome.disconnected
+
         watcher = asyncio.ensure_future(watch())
         timer = loop.call_later(period, tick)
+        started = False
         try:
-            if await write(
-                {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-            ) and await write({"type": "http.response.body", "body": OPENING, "more_body": True}):
-                async for frame in self._frames:
-                    if not await write({"type": "http.response.body", "body": frame, "more_body": True}):
-                        break
-                else:
-                    ending = True
-                    if await write({"type": "http.response.body", "body": b"", "more_body": False}):
-                        outcome.completed = True
+            try:
+                started = await write(
+                    {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+                )
+                opened = started and await write(
+                    {"type": "http.response.body", "body": OPENING, "more_body": True}
+                )
+                if opened and self._tail is None:  # (interrupted before it began: straight to the tail)
+                    async for frame in self._frames:
+                        if not await write({"type": "http.response.body", "body": frame, "more_body": True}):
+                            break
+                    else:
+                        await end(b"")
+            except asyncio.CancelledError:
+                if not stopped and self._tail is None:
+                    raise  # cancelled from outside (a server's forced shutdown): propagate after cleaning up
+                # We stopped the stream ourselves (client gone, or interrupt()): its end, not an error.
+                uncancel = getattr(host, "uncancel", None)  # Python 3.11+: take our cancel request back
+                if uncancel is not None:
+                    uncancel()
+            if self._tail is not None and started and not stopped and not outcome.completed:
+                outcome.interrupted = True
+                await end(self._tail)
         except asyncio.CancelledError:
-            if not stopped:
-                raise  # cancelled from outside (server shutdown): propagate after cleaning up
-            # We stopped the stream ourselves: that is its end, not an error.
-            uncancel = getattr(host, "uncancel", None)  # Python 3.11+: take our cancel request back
-            if uncancel is not None:
-                uncancel()
+            if not stopped:  # only the send timeout (stop()) may cancel the final write
+                raise
         finally:
             if timer is not None:
                 timer.cancel()
@@ -178,6 +222,15 @@ class JSONGenerationResponse(Response):
         self.status_code = 200
         self.background = None
         self.raw_headers = []
+        self._task: asyncio.Future[tuple[int, bytes]] | None = None
+        self._instead: tuple[int, bytes] | None = None  # set by interrupt(): the answer to send instead
+
+    def interrupt(self, status: int, body: bytes) -> None:
+        """Stop the generation and answer ``status`` with the JSON ``body`` instead."""
+        if self._instead is None:
+            self._instead = (status, body)
+            if self._task is not None:
+                self._task.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = Outcome()
@@ -187,12 +240,18 @@ class JSONGenerationResponse(Response):
                 pass
             outcome.disconnected = True
 
-        produce = asyncio.ensure_future(self._produce())
+        produce = self._task = asyncio.ensure_future(self._produce())
+        if self._instead is not None:
+            produce.cancel()
         watcher = asyncio.ensure_future(watch())
         try:
             await asyncio.wait([produce, watcher], return_when=asyncio.FIRST_COMPLETED)
             if produce.done() and not outcome.disconnected:
-                status, body = produce.result()
+                if produce.cancelled() and self._instead is not None:
+                    outcome.interrupted = True
+                    status, body = self._instead
+                else:
+                    status, body = produce.result()
                 headers = [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),

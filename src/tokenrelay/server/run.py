@@ -1,16 +1,145 @@
-"""Run an app with uvicorn: loopback by default, a log line per request, graceful shutdown."""
+"""Run an app with uvicorn: loopback by default, a log line per request, slow clients dropped, graceful shutdown.
+
+Two things uvicorn does not do on its own (issue 12):
+
+* **Header timeout.** uvicorn keeps a connection that trickles its request line and headers (or never sends
+  any) for as long as the client likes. ``guarded_protocol`` wraps uvicorn's HTTP protocol: from the moment a
+  connection opens, or the next request's first byte arrives, the headers must be complete within
+  ``header_timeout`` seconds, else the connection is closed. (The body has its own deadline in the app,
+  ``ServerConfig.body_timeout``.) The same wrapper offers the app a ``tokenrelay.abort`` scope extension, so a
+  stream whose client stopped reading closes its connection at once instead of leaving uvicorn to report a
+  half-sent response as an error.
+* **Shutdown that tells clients.** On SIGTERM or SIGINT uvicorn stops accepting connections; ``RelayServer``
+  then has the app refuse new generations and end the ones still running after ``graceful_timeout`` seconds
+  with an error event and ``[DONE]`` (``create_app``'s ``drain``), before uvicorn's own, later, deadline
+  would cancel them mid-frame.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+from typing import Any, Protocol
 
 import uvicorn
+from uvicorn.config import HTTP_PROTOCOLS
+from uvicorn.importer import import_from_string
 
 from tokenrelay.engines.base import Engine
 
 from .app import ServerConfig, create_app
 
-__all__ = ["serve"]
+__all__ = ["RelayServer", "guarded_protocol", "serve", "uvicorn_server"]
+
+log = logging.getLogger("tokenrelay.server")
+
+# uvicorn's own deadline comes this long after ours: by then every stream has had its final event.
+_BACKSTOP = 5.0
+
+
+class _Drains(Protocol):
+    def drain(self, grace: float) -> None: ...
+
+
+def guarded_protocol(http: str, header_timeout: float) -> type[asyncio.Protocol]:
+    """uvicorn's ``http`` protocol class ("auto", "h11", "httptools"), with a header deadline."""
+    base: type[Any] = import_from_string(HTTP_PROTOCOLS.get(http, http))
+
+    class Guarded(base):  # type: ignore[misc]
+        # Works on what both of uvicorn's HTTP/1.1 protocols have: ``transport``, and ``cycle``, the request
+        # whose headers are complete (a new object for each request).
+        _header_timer: asyncio.TimerHandle | None = None
+        _seen_cycle: Any = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            cycle: Any = getattr(self, "cycle", None)
+            if cycle is not None and cycle is not self._seen_cycle:
+                # A request's headers are complete: disarm, and let the app abort this connection.
+                self._seen_cycle = cycle
+                self._disarm()
+                cycle.scope.setdefault("extensions", {})["tokenrelay.abort"] = self.transport.abort
+            elif self._header_timer is None and (cycle is None or cycle.response_complete):
+                self._arm()  # bytes of a next request (or of a body nobody reads): its headers are due
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            loop = asyncio.get_running_loop()
+            self._header_timer = loop.call_later(header_timeout, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            cycle: Any = getattr(self, "cycle", None)
+            if cycle is not None and not cycle.response_complete:
+                return  # a request is being served: not ours to cut
+            if not self.transport.is_closing():
+                peer = self.transport.get_extra_info("peername")
+                log.info(
+                    "closed a connection from %s: no complete request headers in %gs", peer, header_timeout
+                )
+                self.transport.abort()
+
+    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
+    return Guarded
+
+
+class RelayServer(uvicorn.Server):
+    """uvicorn's server, telling the app when shutdown begins so running streams can end properly."""
+
+    def __init__(self, config: uvicorn.Config, *, graceful_timeout: float, app_state: _Drains | None) -> None:
+        super().__init__(config)
+        self.graceful_timeout = graceful_timeout
+        self.app_state = app_state
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.app_state is not None:
+            self.app_state.drain(self.graceful_timeout)
+        await super().shutdown(sockets)
+        # uvicorn re-raises the signal that stopped it once it is done (so SIGINT ends in KeyboardInterrupt);
+        # a shutdown that completed gracefully is a normal exit, status 0, for SIGTERM and SIGINT alike.
+        captured = getattr(self, "_captured_signals", None)
+        if isinstance(captured, list) and not self.force_exit:
+            captured.clear()
+
+
+def uvicorn_server(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    graceful_timeout: float = 5.0,
+    header_timeout: float = 10.0,
+    http: str = "auto",
+    **uvicorn_options: Any,
+) -> RelayServer:
+    """A uvicorn server for ``app`` (a ``create_app`` app, or any ASGI app) with the guards above;
+    ``uvicorn_options`` go to ``uvicorn.Config``."""
+    config = uvicorn.Config(
+        app,
+        **uvicorn_options,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,  # the app logs one line per generation with its timings instead
+        http=guarded_protocol(http, header_timeout),
+        timeout_graceful_shutdown=int(graceful_timeout + _BACKSTOP + 0.999),
+    )
+    state = getattr(getattr(app, "state", None), "tokenrelay", None)
+    return RelayServer(config, graceful_timeout=graceful_timeout, app_state=state)
 
 
 def serve(
@@ -20,17 +149,18 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     log_level: str = "info",
-    graceful_timeout: int = 5,
+    graceful_timeout: float = 5.0,
+    header_timeout: float = 10.0,
 ) -> None:
-    """Serve ``engine`` until interrupted. Open streams get ``graceful_timeout`` seconds to finish on
-    shutdown; then they are cancelled, which stops their generations."""
+    """Serve ``engine`` until SIGTERM or SIGINT. Running generations get ``graceful_timeout`` seconds to finish;
+    then each ends with an error event and ``[DONE]`` (a whole-body request gets a 503)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(engine, config)
-    uvicorn.run(
+    uvicorn_server(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        access_log=False,  # the app logs one line per generation with its timings instead
-        timeout_graceful_shutdown=graceful_timeout,
-    )
+        graceful_timeout=graceful_timeout,
+        header_timeout=header_timeout,
+    ).run()

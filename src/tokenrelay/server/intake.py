@@ -1,0 +1,169 @@
+"""What a request goes through before its response starts: the API key, the body, the prompt.
+
+Everything knowable before the first byte is checked before the status line (issue 12): the key, the body's
+size and how long it takes to arrive, the JSON and every field, the model, the prompt's size, its tokens and
+the context they must fit in. A refused request gets an OpenAI-shaped 4xx, never a 200 and an in-stream error.
+
+The costly part (parsing a large body, rendering a chat template, tokenizing) runs on a one-thread pool, not
+on the event loop, so a 200 KB prompt cannot stall the streams already running; small requests, the common
+case, are prepared inline where a thread hop would cost more than the work. ``max_prompt_chars`` bounds what
+one request may cost there.
+
+With an API key set, every path needs it except the ones listed in ``OPEN_PATHS`` and ``OPEN_PREFIXES``: the
+health check, the chat page and its files, and the API description. Those cost no memory or CPU that grows with
+the request; everything else — generations, the model list, ``/metrics``, the doctor's diagnostic streams,
+unknown paths — is refused with a 401 before any work is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+from starlette.types import Receive
+
+from tokenrelay._errors import (
+    AuthenticationError,
+    InvalidRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+)
+from tokenrelay.engines.base import Engine
+
+from .requests import Generation, parse_generation
+
+__all__ = ["OPEN_PATHS", "OPEN_PREFIXES", "ClientGone", "Intake", "Prepared", "check_key", "needs_key"]
+
+OPEN_PATHS = frozenset({"/", "/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+OPEN_PREFIXES = ("/static/",)
+
+# Bodies up to this size are parsed and tokenized on the event loop: a few KB take well under a millisecond.
+INLINE_BODY_BYTES = 4096
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete (a normal event, not an error)."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(f"the client disconnected after {received} bytes of the request body")
+        self.received = received
+
+
+def needs_key(path: str) -> bool:
+    return path not in OPEN_PATHS and not path.startswith(OPEN_PREFIXES)
+
+
+def check_key(headers: Sequence[tuple[bytes, bytes]], key: str) -> None:
+    """Raise ``AuthenticationError`` unless ``headers`` carry ``Authorization: Bearer <key>``."""
+    given = next((value for name, value in headers if name == b"authorization"), b"")
+    scheme, _, token = given.partition(b" ")
+    if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), key.encode()):
+        raise AuthenticationError(
+            "invalid or missing API key (send 'Authorization: Bearer KEY')", code="invalid_api_key"
+        )
+
+
+async def read_body(
+    receive: Receive, headers: Sequence[tuple[bytes, bytes]], *, limit: int, timeout: float
+) -> bytes:
+    """The whole request body: at most ``limit`` bytes (413), within ``timeout`` seconds (408)."""
+    declared = next((value for name, value in headers if name == b"content-length"), b"")
+    too_big = PayloadTooLargeError(f"request body over {limit} bytes", code="request_too_large")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    # One deadline for the whole body: a client that trickles it a byte at a time must not hold a
+    # connection (and a task) forever.
+    with anyio.move_on_after(timeout) as scope:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone(size)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+    if scope.cancelled_caught:
+        raise RequestTimeoutError(
+            f"the request body did not arrive within {timeout:g} s ({size} bytes received)",
+            code="request_timeout",
+        )
+    return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated request and its prompt's token ids."""
+
+    gen: Generation
+    prompt_ids: list[int]
+
+
+class Intake:
+    """Turns a request body into a ``Prepared`` generation, or a 4xx."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        models: Sequence[str],
+        *,
+        max_tokens_limit: int,
+        default_max_tokens: int,
+        max_prompt_chars: int,
+        workers: int = 1,
+    ) -> None:
+        self.engine = engine
+        self.models = tuple(models)
+        self.max_tokens_limit = max_tokens_limit
+        self.default_max_tokens = default_max_tokens
+        self.max_prompt_chars = max_prompt_chars
+        # Bounded: huge prompts queue here instead of taking every core (and the GIL) from the streams. One
+        # worker by default: priming a detokenizer with a long prompt (``stream_events(executor=...)``, here
+        # too) is Python code, and each more thread running it makes the event loop wait longer for the GIL.
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tokenrelay-intake")
+
+    async def prepare(self, body: bytes, kind: Literal["chat", "completion"]) -> Prepared:
+        if len(body) <= INLINE_BODY_BYTES:
+            return self._prepare(body, kind)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self._prepare, body, kind)
+
+    def _prepare(self, body: bytes, kind: Literal["chat", "completion"]) -> Prepared:
+        gen = parse_generation(
+            body,
+            kind,
+            max_tokens_limit=self.max_tokens_limit,
+            default_max_tokens=self.default_max_tokens,
+            max_prompt_chars=self.max_prompt_chars,
+        )
+        if not gen.model:
+            gen = dataclasses.replace(gen, model=self.engine.model)
+        if gen.model not in self.models:
+            raise NotFoundError(
+                f"model '{gen.model}' does not exist; this server serves {', '.join(self.models)}",
+                param="model",
+                code="model_not_found",
+            )
+        prompt_ids = self.engine.prompt_ids(gen.prompt)
+        n_ctx = getattr(self.engine, "n_ctx", None)  # engines with a context window say how large it is
+        if isinstance(n_ctx, int) and len(prompt_ids) >= n_ctx:
+            raise InvalidRequestError(
+                f"the prompt is {len(prompt_ids)} tokens; the model's context holds {n_ctx}, "
+                "with room for at least one more",
+                param="messages" if gen.kind == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
+        return Prepared(gen, prompt_ids)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
