@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -131,6 +132,47 @@ async def load(url: str, n: int, tokens: int) -> dict[str, float]:
     }
 
 
+async def stall(url: str, long_words: int) -> dict[str, float]:
+    """A stream is running when a long prompt arrives: how long does the running stream's longest gap get?"""
+    arrivals: list[float] = []
+    started = asyncio.Event()
+
+    async def running(client: httpx.AsyncClient) -> None:
+        body = {
+            "messages": [{"role": "user", "content": prompts(1)[0]}],
+            "max_tokens": 160,
+            "temperature": 0,
+            "stream": True,
+        }
+        parser = SSEParser()
+        async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+            async for chunk in response.aiter_bytes():
+                for event in parser.feed(chunk):
+                    if event.data != "[DONE]" and '"content"' in event.data:
+                        arrivals.append(time.perf_counter())
+                        if len(arrivals) == 30:
+                            started.set()
+
+    async with httpx.AsyncClient(timeout=300) as client:
+        task = asyncio.create_task(running(client))
+        await started.wait()
+        sent = time.perf_counter()
+        long_prompt = {"messages": [{"role": "user", "content": "word " * long_words}], "max_tokens": 1}
+        response = await client.post(url + "/v1/chat/completions", json=long_prompt)
+        response.raise_for_status()
+        answered = time.perf_counter() - sent
+        prompt_tokens = response.json()["usage"]["prompt_tokens"]
+        await task
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    before = gaps[:28]
+    return {
+        "median_gap": statistics.median(before),
+        "max_gap": max(gaps[28:]),
+        "long_prompt_s": answered,
+        "prompt_tokens": prompt_tokens,
+    }
+
+
 def llama_cpp_python_alone(model: Path, tokens: int, threads: int) -> float:
     from llama_cpp import Llama
 
@@ -157,6 +199,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="alternate the two servers this many times")
     ap.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--stall-chunks", default="64,128,256,512", help="prefill chunk sizes for the stall test")
+    ap.add_argument(
+        "--stall-words", type=int, default=1200, help="words in the long prompt of the stall test"
+    )
     args = ap.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
     model = resolve_model_path("smollm2")
