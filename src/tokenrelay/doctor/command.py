@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from tokenrelay._errors import ConfigError
+from tokenrelay._urls import normalize_url
 from tokenrelay.doctor._payload import EOLS
 
 __all__ = ["HELP", "configure", "run"]
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         headers=_headers(args),
     )
-    report = asyncio.run(run_doctor(args.url, options))
+    report = asyncio.run(run_doctor(normalize_url(args.url), options))  # host:port means http://host:port
     svg = report.svg()
     if args.svg is not None and svg is not None:
         args.svg.write_text(svg, encoding="utf-8")

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tokenrelay import __version__
 from tokenrelay._errors import (
     AuthenticationError,
     EngineError,
@@ -49,6 +50,7 @@ from tokenrelay.engines.base import Engine, stream_events
 
 from .admission import Admission
 from .diagnostics import add_diagnostics_routes
+from .docs import add_docs_routes
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .requests import ChatCompletionBody, CompletionBody, Generation, parse_generation
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
@@ -80,7 +82,7 @@ class _Server:
     def __init__(self, engine: Engine, config: ServerConfig) -> None:
         self.engine = engine
         self.config = config
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(engine.model)
         self.admission = Admission(config.max_active, config.max_queued, self.metrics, config.retry_after)
         self.models = (engine.model, *config.model_aliases)
         self.live: set[_Run] = set()  # generation requests whose response has not finished cleaning up
@@ -326,7 +328,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
             await asyncio.sleep(0.01)
         await engine.aclose()
 
-    app = _RelayApp(title="tokenrelay", version="0.1.0", lifespan=lifespan)
+    # FastAPI's /docs and /redoc load their scripts from a CDN (blank offline): ours are served from here.
+    app = _RelayApp(title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.tokenrelay = server
     if config.gzip:
         app.add_middleware(_GZipExceptGenerations, minimum_size=500)
@@ -414,6 +417,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
 
     if config.diagnostics:  # GET /v1/diagnostics/stream and /v1/diagnostics/streams/{id}: the doctor's probe
         add_diagnostics_routes(app)
+    add_docs_routes(app)
     _mount_page(app)
     return app
 
