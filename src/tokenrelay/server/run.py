@@ -6,6 +6,7 @@ is a one-line error at start rather than a failure after seconds of loading and 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
@@ -73,7 +74,9 @@ def serve(
         timeout_graceful_shutdown=graceful_timeout,
     )
     server = uvicorn.Server(uvicorn_config)
-    with sock:
+    with sock, contextlib.suppress(KeyboardInterrupt):
+        # uvicorn shuts down gracefully on Ctrl-C, then re-raises the signal; Ctrl-C is how a user stops a
+        # server, so it is a clean exit (status 0), as with uvicorn.run.
         server.run(sockets=[sock])
     if not server.started:  # uvicorn logged why (a failing lifespan); exit as uvicorn.run would
         raise SystemExit(3)
