@@ -17,13 +17,33 @@ import signal
 import subprocess
 import sys
 import termios
+import textwrap
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]")
 
-__all__ = ["ROOT", "Terminal", "cli_env", "tokenrelay"]
+__all__ = ["EXTRA_BLOCKER", "ROOT", "Terminal", "cli_env", "tokenrelay"]
+
+#: ``python -c EXTRA_BLOCKER MODULES ARGS``: ``tokenrelay ARGS`` as if the comma-separated top-level
+#: MODULES had never been installed (a meta-path finder refuses them).
+EXTRA_BLOCKER = textwrap.dedent(
+    """
+    import importlib.abc, sys
+    BLOCKED = set(sys.argv.pop(1).split(","))
+
+    class Blocker(importlib.abc.MetaPathFinder):  # as if pip had never installed these
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    from tokenrelay.cli import main
+    raise SystemExit(main(sys.argv[1:]))
+    """
+)
 
 
 def cli_env(**extra: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from _terminal import cli_env, tokenrelay
+from _terminal import EXTRA_BLOCKER, cli_env, tokenrelay
 from _uvicorn import serve
 from server_helpers import replay_app
 from tokenrelay._errors import ConfigError
@@ -161,3 +161,20 @@ def test_ctrl_c_through_a_server_stops_its_generation(tmp_path: Path) -> None:
             time.sleep(0.05)
         metrics = httpx.get(url + "/metrics").text
     assert 'tokenrelay_cancellations_total{model="replay"} 1.0' in metrics
+
+
+def test_talking_to_a_server_needs_only_the_core() -> None:
+    """No extra installed (as after a bare ``pip install tokenrelay``): ``generate --url`` still works."""
+    from tokenrelay._extras import EXTRA_OF_MODULE
+
+    app, _ = replay_app("core only ☕", rate=None)
+    with serve(app) as url:
+        proc = subprocess.run(
+            [sys.executable, "-c", EXTRA_BLOCKER, ",".join(EXTRA_OF_MODULE), "generate", "--url", url, "x"],
+            env=cli_env(),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode() == "core only ☕\n"

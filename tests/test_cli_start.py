@@ -7,31 +7,13 @@ from __future__ import annotations
 
 import re
 import socket
-import textwrap
 
 import pytest
 import tomllib
 
 import tokenrelay as package
-from _terminal import ROOT, cli_env, tokenrelay
+from _terminal import EXTRA_BLOCKER, ROOT, cli_env, tokenrelay
 from tokenrelay import cli
-
-EXTRA_BLOCKER = textwrap.dedent(
-    """
-    import importlib.abc, sys
-    BLOCKED = set(sys.argv.pop(1).split(","))
-
-    class Blocker(importlib.abc.MetaPathFinder):  # as if pip had never installed these
-        def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in BLOCKED:
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, Blocker())
-    from tokenrelay.cli import main
-    raise SystemExit(main(sys.argv[1:]))
-    """
-)
 
 
 def one_line(stderr: bytes) -> str:
