@@ -107,6 +107,14 @@ def run_generate(args: argparse.Namespace, backend: Backend) -> int:
         turn = Turn()  # timed from here: TTFT is the wait for the first piece
         if not run_interruptible(loop, stream_turn(backend, prompt, options_from(args), turn, write)):
             turn.interrupt()
+        # Written before the engine is released: that may wait for a step that was running at Ctrl-C.
+        if args.json:
+            out.write(json.dumps(turn.summary(), ensure_ascii=False).encode("utf-8") + b"\n")
+        else:
+            out.write(b"\n")  # the reply's last line ends, interrupted or not: the shell prompt starts clean
+        out.flush()
+        if not args.json:
+            _stderr(turn.stats())
     except BaseException:
         if turn.parts and not args.json:
             out.write(b"\n")  # the error goes on its own line, after the part of the reply shown
@@ -114,13 +122,6 @@ def run_generate(args: argparse.Namespace, backend: Backend) -> int:
         raise
     finally:
         _close(loop, backend)
-    if args.json:
-        out.write(json.dumps(turn.summary(), ensure_ascii=False).encode("utf-8") + b"\n")
-    else:
-        out.write(b"\n")  # the reply's last line ends, interrupted or not: the shell prompt starts clean
-    out.flush()
-    if not args.json:
-        _stderr(turn.stats())
     return 130 if turn.interrupted else 0
 
 
