@@ -173,3 +173,37 @@ def test_main_turns_a_missing_module_of_no_extra_into_the_usual_error(
     monkeypatch.setattr(cli, "COMMANDS", [cli.Command("x", "x", lambda p: None, run_missing)])  # type: ignore[arg-type]
     with pytest.raises(ModuleNotFoundError, match="not_ours"):
         cli.main(["x"])
+
+
+def test_serve_on_port_0_names_the_port_it_got_and_ctrl_c_exits_cleanly() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tokenrelay", "serve", "--engine", "replay", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        serving = re.fullmatch(
+            r"tokenrelay: serving replay on http://127\.0\.0\.1:(\d+) \(chat page at /\)\n", first
+        )
+        assert serving, first
+        port = serving[1]
+        for line in proc.stderr:  # uvicorn's own line names the same port (scripts read it)
+            if "Uvicorn running on" in line:
+                assert f"http://127.0.0.1:{port} " in line
+                break
+        assert httpx.get(f"http://127.0.0.1:{port}/health").json()["status"] == "ok"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from tokenrelay.engines import Engine
 
 __all__ = [
-    "Backend", "End", "EngineBackend", "Options", "Piece", "RemoteBackend", "Turn", "run_interruptible",
+    "Backend", "End", "EngineBackend", "Options", "Piece", "Prompt", "RemoteBackend", "Turn",
+    "run_interruptible", "stream_turn",
 ]  # fmt: skip
 
 Messages = Sequence[Mapping[str, str]]

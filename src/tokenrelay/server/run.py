@@ -48,6 +48,18 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn on a socket bound beforehand, logging its address as uvicorn does when it binds one itself
+    ("Uvicorn running on http://HOST:PORT"; scripts and the e2e harness read the port from it)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if sockets and self.started:
+            host, port = sockets[0].getsockname()[:2]
+            address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            logging.getLogger("uvicorn.error").info("Uvicorn running on %s (Press CTRL+C to quit)", address)
+
+
 def serve(
     engine: Engine,
     config: ServerConfig | None = None,
@@ -73,7 +85,7 @@ def serve(
         access_log=False,  # the app logs one line per generation with its timings instead
         timeout_graceful_shutdown=graceful_timeout,
     )
-    server = uvicorn.Server(uvicorn_config)
+    server = _Server(uvicorn_config)
     with sock, contextlib.suppress(KeyboardInterrupt):
         # uvicorn shuts down gracefully on Ctrl-C, then re-raises the signal; Ctrl-C is how a user stops a
         # server, so it is a clean exit (status 0), as with uvicorn.run.
