@@ -17,8 +17,9 @@ from tokenrelay import __version__
 from tokenrelay.server.metrics import ERROR_TYPES
 
 
-def scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
-    text = httpx.get(url + "/metrics").text
+def scrape(url: str, api_key: str | None = None) -> list[tuple[str, dict[str, str], float]]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    text = httpx.get(url + "/metrics", headers=headers).text
     return [
         (sample.name, sample.labels, sample.value)
         for family in text_string_to_metric_families(text)
@@ -50,7 +51,7 @@ def test_metrics_count_errors_by_type_with_the_model_label() -> None:
         assert httpx.post(url + "/v1/chat/completions", json=body).status_code == 401
         ok = httpx.post(url + "/v1/chat/completions", json=body, headers={"Authorization": "Bearer k"})
         assert ok.status_code == 200
-        samples = scrape(url)
+        samples = scrape(url, "k")
     assert ("tokenrelay_requests_total", {"model": "replay", "endpoint": "/v1/chat/completions", "stream": "true"}, 1.0) in samples  # fmt: skip
     ttft = [v for n, labels, v in samples if n == "tokenrelay_ttft_seconds_count"]
     assert ttft == [1.0]

@@ -27,9 +27,22 @@ _STYLE = (
 )
 
 
-def _fields(operation: dict[str, Any]) -> str:
+def _resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """Follow local ``$ref``s (``#/components/schemas/…``) to the schema they name."""
+    for _ in range(16):
+        ref = schema.get("$ref")
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return schema
+        target: Any = spec
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        schema = target if isinstance(target, dict) else {}
+    return schema
+
+
+def _fields(spec: dict[str, Any], operation: dict[str, Any]) -> str:
     content = operation.get("requestBody", {}).get("content", {})
-    schema = content.get("application/json", {}).get("schema", {})
+    schema = _resolve(spec, content.get("application/json", {}).get("schema", {}))
     names = list(schema.get("properties", {}))
     if not names:
         return ""
@@ -48,7 +61,7 @@ def render_docs(spec: dict[str, Any]) -> str:
             summary = operation.get("description") or operation.get("summary") or ""
             ops.append(
                 f'<div class="op"><span class="m">{html.escape(method.upper())}</span>'
-                f"<code>{html.escape(path)}</code><div>{html.escape(summary)}</div>{_fields(operation)}</div>"
+                f"<code>{html.escape(path)}</code><div>{html.escape(summary)}</div>{_fields(spec, operation)}</div>"
             )
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
