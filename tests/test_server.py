@@ -189,7 +189,7 @@ def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout() -> None
     gen = next(iter(engine.generations.values()))
     assert gen.closed_at is not None
     assert len(gen.steps) < len(engine.tokenizer.encode(text))  # stopped long before the end
-    assert "tokenrelay_cancellations_total 1.0" in metrics
+    assert 'tokenrelay_cancellations_total{model="replay"} 1.0' in metrics
 
 
 def test_an_engine_error_mid_stream_is_an_error_event_then_a_clean_end() -> None:
@@ -302,7 +302,7 @@ def test_models_health_metrics_and_openapi() -> None:
             "tokenrelay_active_generations",
             "tokenrelay_queued_generations",
             "tokenrelay_cancellations_total",
-            'tokenrelay_tokens_total{kind="completion"}',
+            'tokenrelay_tokens_total{kind="completion",model="replay"}',
             "tokenrelay_errors",
         ):
             assert name in metrics, name

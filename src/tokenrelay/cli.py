@@ -2,36 +2,42 @@
 
 To add a subcommand (``serve``, ``doctor``, ``bench``), write a ``configure(parser)`` that adds its options
 and a ``run(args) -> int`` that does the work (import heavy modules inside ``run``, so ``tokenrelay --help``
-stays fast), and append a ``Command`` to ``COMMANDS``. A ``TokenRelayError`` escaping ``run`` becomes a
-one-line message on stderr and exit status 2.
+stays fast), and append a ``Command`` to ``COMMANDS``. Errors at start are one line on stderr, never a
+traceback: a ``TokenRelayError`` escaping ``run`` (exit status 2), or a module of an optional part that is not
+installed (the line names the pip extra to install). Every ``--help`` shows the defaults.
 
-``generate`` streams one reply through the whole pipeline (engine → detokenizer → stop matcher) to stdout as
-UTF-8 whatever the locale, flushing every delta; timings and model-loading progress go to stderr, so stdout is
-the reply alone. ``--json`` writes JSON Lines instead: one object per delta and a final summary.
+``generate`` and ``chat`` (in ``tokenrelay.chat_cli``) talk to the embedded engine, or, with ``--url`` (or
+``TOKENRELAY_URL``), stream through a running OpenAI-compatible server instead of loading a model.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import json
+import copy
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from tokenrelay._errors import TokenRelayError
-from tokenrelay._stream import Finished, Timings
+from tokenrelay import __version__
+from tokenrelay._errors import ConfigError, TokenRelayError
+from tokenrelay._extras import missing_extra
 from tokenrelay.doctor import command as doctor_command
 from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK
 
 if TYPE_CHECKING:
+    from tokenrelay.chat_backends import Backend
     from tokenrelay.engines import Engine
 
 __all__ = ["COMMANDS", "Command", "main"]
+
+#: The environment variables the commands read, listed in every ``--help``.
+ENVIRONMENT = {
+    "TOKENRELAY_URL": "generate, chat: the server to stream through (as --url)",
+    "TOKENRELAY_API_KEY": "serve: the key to require; generate, chat: the key to send (as --api-key)",
+}
 
 
 @dataclass(frozen=True)
@@ -46,35 +52,45 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-class _ByteSink(Protocol):
-    def write(self, data: bytes, /) -> int: ...
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default, unless it is empty or the help already says what the default is."""
 
-    def flush(self) -> None: ...
+    @staticmethod
+    def _shows_default(action: argparse.Action) -> bool:
+        default = action.default
+        # Flags (True/False) and "nothing" need no mention; 0 and 0.0 do (so no `in (None, False)`: 0 == False).
+        nothing = (
+            default is None or default is argparse.SUPPRESS or isinstance(default, bool) or default == []
+        )
+        return bool(action.option_strings) and not nothing and "default" not in (action.help or "")
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        return f"{help_text} (default: %(default)s)" if self._shows_default(action) else help_text
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if action.help is None and self._shows_default(action):  # argparse prints no help line for these
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
 
 
-def _stdout_bytes() -> _ByteSink:
-    # Write bytes, not text: a C/POSIX locale would otherwise turn every non-ASCII reply into an error.
-    buffer: _ByteSink | None = getattr(sys.stdout, "buffer", None)
-    return buffer if buffer is not None else _TextAsBytes()
+def _environment_epilog() -> str:
+    lines = [f"  {name:<20} {what}" for name, what in ENVIRONMENT.items()]
+    return "environment variables:\n" + "\n".join(lines)
 
 
-class _TextAsBytes:
-    """Fallback for a stdout replaced by a text-only stream (an IDE console, a test capture)."""
-
-    def write(self, data: bytes) -> int:
-        return sys.stdout.write(data.decode("utf-8"))
-
-    def flush(self) -> None:
-        sys.stdout.flush()
-
-
-# -- generate ------------------------------------------------------------------------------------------------
+# -- engines: shared by generate, chat and serve ---------------------------------------------------------------
 
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
-    """Options that pick and tune an engine: shared by ``generate`` and ``serve``."""
+    """Options that pick and tune an engine: shared by ``generate``, ``chat`` and ``serve``."""
     parser.add_argument("--engine", choices=("llamacpp", "replay"), default="llamacpp")
-    parser.add_argument("--model", default="smollm2", help="llamacpp: 'smollm2' (built in) or a PATH.gguf")
+    parser.add_argument(
+        "--model",
+        help="llamacpp: 'smollm2' (built in, the default) or a PATH.gguf; "
+        "with --url (generate, chat): the model to ask the server for (default: its first)",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
         "--n-ctx",
@@ -88,7 +104,7 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=f"llamacpp: requests batched into each decode step (default: {DEFAULT_PARALLEL} for serve, "
-        "1 for generate); more wait in the queue",
+        "1 for generate and chat); more wait in the queue",
     )
     parser.add_argument(
         "--prefill-chunk",
@@ -105,26 +121,30 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     replay.add_argument("--tokenizer", default="smollm2", help="replay: tokenizer name or file")
 
 
-def _configure_generate(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("prompt", help='the prompt; "-" reads it from stdin')
-    parser.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
-    parser.add_argument("--system", help="a system message before the prompt (chat mode)")
-    parser.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
-    parser.add_argument("--include-stop", action="store_true", help="keep the stop string in the output")
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    _add_engine_options(parser)
-    parser.add_argument("--json", action="store_true", help="JSON Lines on stdout: deltas, then a summary")
+def _read_text_file(path: Path) -> str:
+    """The replay text: UTF-8, read as bytes (text mode would turn CRLF line ends into LF before the replay).
+    A missing, unreadable or binary file is a one-line ``ConfigError``."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"--text-file {path}: {exc.strerror or exc}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"--text-file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from exc
+    if "\x00" in text:
+        raise ConfigError(f"--text-file {path} looks binary (it contains NUL bytes), not text")
+    return text
 
 
 def _build_engine(args: argparse.Namespace) -> Engine:
-    from tokenrelay.engines import LlamaCppEngine, ReplayEngine
+    from tokenrelay.engines import DEFAULT_MODEL, LlamaCppEngine, ReplayEngine
     from tokenrelay.tokenizers import load_tokenizer
 
     if args.engine == "replay":
-        # Bytes, then UTF-8: text mode would turn the file's CRLF line ends into LF before the replay.
-        text = args.text_file.read_bytes().decode("utf-8") if args.text_file else None
+        text = _read_text_file(args.text_file) if args.text_file else None
         return ReplayEngine(
             load_tokenizer(args.tokenizer),
             text,
@@ -136,7 +156,7 @@ def _build_engine(args: argparse.Namespace) -> Engine:
         )
     parallel = args.parallel or (DEFAULT_PARALLEL if args.command == "serve" else 1)
     return LlamaCppEngine.load(
-        args.model,
+        args.model or DEFAULT_MODEL,
         n_ctx=args.n_ctx,
         n_threads=args.threads,
         n_parallel=parallel,
@@ -145,86 +165,74 @@ def _build_engine(args: argparse.Namespace) -> Engine:
     )
 
 
-def _ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
+# -- generate and chat ---------------------------------------------------------------------------------------
 
 
-def _summary(final: Finished) -> dict[str, object]:
-    timings = final.timings
-    return {
-        "finish_reason": final.reason,
-        "matched": final.matched,
-        "usage": {
-            "prompt_tokens": final.usage.prompt_tokens,
-            "completion_tokens": final.usage.completion_tokens,
-            "total_tokens": final.usage.total_tokens,
-        },
-        "timings": None
-        if timings is None
-        else {
-            "ttft_s": timings.ttft,
-            "inter_token_p50_s": timings.p50,
-            "inter_token_p95_s": timings.p95,
-            "total_s": timings.total,
-            "gaps_s": list(timings.gaps),
-        },
-    }
-
-
-async def _relay(args: argparse.Namespace, engine: Engine, out: _ByteSink) -> Finished:
-    from tokenrelay.engines import SamplingParams, stream_events
-
-    prompt_text = sys.stdin.read() if args.prompt == "-" else args.prompt
-    prompt: str | list[dict[str, str]]
-    if args.raw or args.engine == "replay":
-        prompt = prompt_text
-    else:
-        prompt = [{"role": "user", "content": prompt_text}]
-        if args.system:
-            prompt.insert(0, {"role": "system", "content": args.system})
-    params = SamplingParams(
-        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
+def _add_client_options(parser: argparse.ArgumentParser) -> None:
+    """Where the reply comes from: a running server (``--url``), else the embedded engine."""
+    server = parser.add_argument_group("a running server (instead of loading a model here)")
+    server.add_argument(
+        "--url",
+        default=os.environ.get("TOKENRELAY_URL") or None,
+        help="stream through the OpenAI-compatible server at URL (http://HOST:PORT, HOST:PORT or .../v1; "
+        "default: $TOKENRELAY_URL, else the embedded engine)",
     )
-    final: Finished | None = None
-    events = stream_events(engine, prompt, params, stops=args.stop, include_stop=args.include_stop)
-    try:
-        async with contextlib.aclosing(events):
-            async for event in events:
-                if isinstance(event, Finished):
-                    final = event
-                    continue
-                if args.json:
-                    line = {"delta": event.text, "token_ids": list(event.token_ids)}
-                    out.write(json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n")
-                else:
-                    out.write(event.text.encode("utf-8"))
-                out.flush()
-    finally:
-        await engine.aclose()
-    assert final is not None
-    return final
+    server.add_argument("--port", type=int, help="the same as --url http://127.0.0.1:PORT")
+    server.add_argument(
+        "--api-key", help="sent as 'Authorization: Bearer KEY' (default: $TOKENRELAY_API_KEY)"
+    )
+
+
+def _add_sampling_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--system", help="a system message before the conversation")
+    parser.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
+    parser.add_argument("--max-tokens", type=int, default=256, help="the longest reply, in tokens")
+    parser.add_argument("--temperature", type=float, default=0.7, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling")
+
+
+def _configure_generate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", help='the prompt; "-" reads it from stdin')
+    parser.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
+    _add_sampling_options(parser)
+    parser.add_argument("--include-stop", action="store_true", help="keep the stop string in the output")
+    parser.add_argument("--json", action="store_true", help="JSON Lines on stdout: deltas, then a summary")
+    _add_client_options(parser)
+    _add_engine_options(parser)
+
+
+def _configure_chat(parser: argparse.ArgumentParser) -> None:
+    _add_sampling_options(parser)
+    parser.add_argument("--verbose", action="store_true", help="timings on stderr after each reply")
+    _add_client_options(parser)
+    _add_engine_options(parser)
+
+
+def _backend(args: argparse.Namespace) -> Backend:
+    """A running server when ``--url``/``--port``/``TOKENRELAY_URL`` names one, else the embedded engine."""
+    from tokenrelay._urls import api_base
+    from tokenrelay.chat_backends import EngineBackend, RemoteBackend
+
+    url = f"http://127.0.0.1:{args.port}" if args.port is not None else args.url
+    if url:
+        if getattr(args, "include_stop", False):
+            raise ConfigError("--include-stop needs the embedded engine (an OpenAI server drops the stop)")
+        api_key = args.api_key or os.environ.get("TOKENRELAY_API_KEY") or None
+        return RemoteBackend(api_base(url), api_key=api_key, model=args.model)
+    # The replay engine has no chat template: it replays its text, or the message itself.
+    return EngineBackend(_build_engine(args), plain=args.engine == "replay")
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    engine = _build_engine(args)
-    out = _stdout_bytes()
-    final = asyncio.run(_relay(args, engine, out))
-    if args.json:
-        out.write(json.dumps(_summary(final), ensure_ascii=False).encode("utf-8") + b"\n")
-        out.flush()
-        return 0
-    out.write(b"\n")
-    out.flush()
-    t = final.timings or Timings(ttft=None, gaps=(), total=None)
-    tokens = final.usage.completion_tokens
-    rate = ""
-    if t.total is not None and t.ttft is not None and tokens > 1 and t.total > t.ttft:
-        rate = f" ({(tokens - 1) / (t.total - t.ttft):.0f} tok/s after the first)"
-    _stderr(
-        f"TTFT {_ms(t.ttft)} · inter-token p50 {_ms(t.p50)} p95 {_ms(t.p95)} · total {_ms(t.total)}"
-        f" · {tokens} tokens{rate} · finish: {final.reason}"
-    )
-    return 0
+    from tokenrelay.chat_cli import run_generate
+
+    return run_generate(args, _backend(args))
+
+
+def _run_chat(args: argparse.Namespace) -> int:
+    from tokenrelay.chat_cli import run_chat
+
+    return run_chat(args, _backend(args))
 
 
 # -- serve ---------------------------------------------------------------------------------------------------
@@ -234,7 +242,9 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
-        "--api-key", default=os.environ.get("TOKENRELAY_API_KEY"), help="require 'Authorization: Bearer KEY'"
+        "--api-key",
+        default=os.environ.get("TOKENRELAY_API_KEY"),
+        help="require 'Authorization: Bearer KEY' (default: $TOKENRELAY_API_KEY, else none)",
     )
     parser.add_argument(
         "--max-active", type=int, help="generations at once (default: --parallel for llamacpp, 64 replay)"
@@ -271,8 +281,10 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
 
 def _run_serve(args: argparse.Namespace) -> int:
     from tokenrelay.engines import LlamaCppEngine
-    from tokenrelay.server import ServerConfig, serve
+    from tokenrelay.server import ServerConfig, bind_socket, serve
 
+    sock = bind_socket(args.host, args.port)  # a port in use is an error now, not after the model loaded
+    port = sock.getsockname()[1]
     engine = _build_engine(args)
     llama = args.engine == "llamacpp"
     config = ServerConfig(
@@ -287,13 +299,14 @@ def _run_serve(args: argparse.Namespace) -> int:
         max_prompt_chars=args.max_prompt_chars,
         gzip=not args.no_gzip,
     )
-    _stderr(f"tokenrelay: serving {engine.model} on http://{args.host}:{args.port} (chat page at /)")
+    _stderr(f"tokenrelay: serving {engine.model} on http://{args.host}:{port} (chat page at /)")
     serve(
         engine,
         config,
         host=args.host,
-        port=args.port,
+        port=port,
         log_level=args.log_level,
+        sock=sock,
         graceful_timeout=args.graceful_timeout,
         header_timeout=args.header_timeout,
     )
@@ -302,6 +315,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 COMMANDS: list[Command] = [
     Command("generate", "stream one reply to the terminal", _configure_generate, _run_generate),
+    Command("chat", "chat with the model in the terminal (multi-turn)", _configure_chat, _run_chat),
     Command(
         "serve", "serve an OpenAI-compatible streaming API and the chat page", _configure_serve, _run_serve
     ),
@@ -310,12 +324,25 @@ COMMANDS: list[Command] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
+    epilog = _environment_epilog()
     parser = argparse.ArgumentParser(
-        prog="tokenrelay", description="Carry an LLM's streamed reply to the terminal without breaking it."
+        prog="tokenrelay",
+        description="Carry an LLM's streamed reply to the terminal without breaking it.",
+        epilog=epilog,
+        formatter_class=_Help,
     )
+    parser.add_argument("--version", action="version", version=f"tokenrelay {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        command.configure(sub.add_parser(command.name, help=command.help, description=command.help))
+        command.configure(
+            sub.add_parser(
+                command.name,
+                help=command.help,
+                description=command.help,
+                epilog=epilog,
+                formatter_class=_Help,
+            )
+        )
     return parser
 
 
@@ -328,7 +355,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TokenRelayError as exc:
         _stderr(f"tokenrelay {args.command}: error: {exc.message}")
         return 2
+    except ModuleNotFoundError as exc:  # an optional part is not installed: say which extra installs it
+        error = missing_extra(exc)
+        if error is None:
+            raise
+        _stderr(f"tokenrelay {args.command}: error: {error}")
+        return 2
     except KeyboardInterrupt:
+        _stderr("")  # end the line the terminal echoed ^C on, so the shell prompt starts clean
         return 130
     except BrokenPipeError:
         # `tokenrelay generate ... | head`: the reader left; that is not an error of ours.

@@ -147,8 +147,9 @@ export class Server {
   /** One sample of /metrics by name (no labels), or null when absent. */
   async metric(name) {
     const text = await (await fetch(`${this.url}/metrics`)).text();
-    const line = text.split('\n').find((l) => l.startsWith(`${name} `));
-    return line === undefined ? null : Number(line.slice(name.length + 1));
+    // A series with labels (every one has model="...") or without: the value is after the last space.
+    const line = text.split('\n').find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`));
+    return line === undefined ? null : Number(line.slice(line.lastIndexOf(' ') + 1));
   }
 
   /** Kill at once, as a crash would: open connections are cut by the kernel, with no end of stream. */

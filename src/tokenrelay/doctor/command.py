@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from tokenrelay._errors import ConfigError
+from tokenrelay._urls import normalize_url
 from tokenrelay.doctor._chain import ChainReport
 from tokenrelay.doctor._payload import EOLS
 from tokenrelay.doctor._report import Report
@@ -106,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         headers=_headers(args),
     )
+    args.url = normalize_url(args.url)  # host:port means http://host:port
+    args.via = [normalize_url(url) for url in args.via or []]
     if args.browser:
         return _run_browser(args)
     report: Report | ChainReport

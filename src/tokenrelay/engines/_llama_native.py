@@ -109,6 +109,9 @@ class NativeModel:
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
+        # The attention kernels llama-cpp-python's Llama uses (flash attention off): the same logits to the last
+        # bit, so a greedy reply equals llama-cpp-python's own for the same prompt (the tests' oracle).
+        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         ctx = lc.llama_init_from_model(model.model, cparams)
         if ctx is None:
             model.close()  # type: ignore[no-untyped-call]

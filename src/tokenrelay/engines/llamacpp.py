@@ -158,12 +158,11 @@ class LlamaCppEngine:
             raise ConfigError("n_parallel must be at least 1 and n_ctx at least 16")
         path = resolve_model_path(model)
         report = on_progress or (lambda _line: None)
-        try:
-            from tokenrelay.engines._llama_native import NativeModel
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigError(
-                "the llamacpp engine needs llama-cpp-python: pip install 'tokenrelay[llama]'"
-            ) from exc
+        # Before any progress line: without llama-cpp-python the CLI says which extra to install, in one line.
+        import llama_cpp  # noqa: F401
+
+        from tokenrelay.engines._llama_native import NativeModel
+
         size_mb = path.stat().st_size / 1e6
         threads = n_threads or default_threads()
         report(f"loading model {path.name} ({size_mb:.0f} MB)…")

@@ -1,8 +1,20 @@
-"""The OpenAI-compatible streaming server (FastAPI on uvicorn) around any tokenrelay engine."""
+"""The OpenAI-compatible streaming server (FastAPI on uvicorn) around any tokenrelay engine.
+
+Needs the ``server`` extra (``pip install 'tokenrelay[server]'``); without it, importing this package raises
+a ``ModuleNotFoundError`` that says so.
+"""
 
 from __future__ import annotations
 
-from .app import ServerConfig, create_app
-from .run import serve
+from tokenrelay._extras import missing_extra
 
-__all__ = ["ServerConfig", "create_app", "serve"]
+try:
+    from .app import ServerConfig, create_app
+    from .run import bind_socket, serve
+except ModuleNotFoundError as exc:
+    error = missing_extra(exc)
+    if error is None:
+        raise
+    raise error from exc
+
+__all__ = ["ServerConfig", "bind_socket", "create_app", "serve"]

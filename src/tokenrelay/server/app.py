@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tokenrelay import __version__
 from tokenrelay._errors import (
     EngineError,
     NotFoundError,
@@ -53,6 +54,7 @@ from tokenrelay.engines.base import Engine, stream_events
 
 from .admission import Admission
 from .diagnostics import add_diagnostics_routes
+from .docs import add_docs_routes
 from .intake import OPEN_PATHS, ClientGone, Intake, Prepared, check_key, needs_key, read_body
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .openapi import describe
@@ -88,7 +90,7 @@ class _Server:
     def __init__(self, engine: Engine, config: ServerConfig) -> None:
         self.engine = engine
         self.config = config
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(engine.model)
         self.admission = Admission(config.max_active, config.max_queued, self.metrics, config.retry_after)
         self.models = (engine.model, *config.model_aliases)
         self.intake = Intake(
@@ -384,7 +386,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
         server.intake.close()
         await engine.aclose()
 
-    app = _RelayApp(title="tokenrelay", version="0.1.0", lifespan=lifespan)
+    # FastAPI's /docs and /redoc load their scripts from a CDN (blank offline): ours are served from here.
+    app = _RelayApp(title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.tokenrelay = server
     app.api_key = config.api_key
     if config.gzip:
@@ -490,5 +493,6 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
 
     if config.diagnostics:  # GET /v1/diagnostics/stream and /v1/diagnostics/streams/{id}: the doctor's probe
         add_diagnostics_routes(app)
+    add_docs_routes(app)
     mount_page(app)
     return app

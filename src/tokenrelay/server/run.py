@@ -1,5 +1,8 @@
 """Run an app with uvicorn: loopback by default, a log line per request, slow clients dropped, graceful shutdown.
 
+The listening socket is bound first (:func:`bind_socket`), before the model loads, so a port already in use
+is a one-line error at start rather than a failure after seconds of loading and a "serving on" line.
+
 Two things uvicorn does not do on its own (issue 12):
 
 * **Header timeout.** uvicorn keeps a connection that trickles its request line and headers (or never sends
@@ -18,6 +21,8 @@ Two things uvicorn does not do on its own (issue 12):
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import socket
 from typing import Any, Protocol
@@ -26,16 +31,44 @@ import uvicorn
 from uvicorn.config import HTTP_PROTOCOLS
 from uvicorn.importer import import_from_string
 
+from tokenrelay._errors import ConfigError
 from tokenrelay.engines.base import Engine
 
 from .app import ServerConfig, create_app
 
-__all__ = ["RelayServer", "guarded_protocol", "serve", "uvicorn_server"]
+__all__ = ["RelayServer", "bind_socket", "guarded_protocol", "serve", "uvicorn_server"]
 
 log = logging.getLogger("tokenrelay.server")
 
 # uvicorn's own deadline comes this long after ours: by then every stream has had its final event.
 _BACKSTOP = 5.0
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (``port`` 0 picks a free one), as uvicorn would bind it.
+
+    Raises :class:`ConfigError` with one line when the address is taken or cannot be bound.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # SO_REUSEADDR lets a restarted server take its port back from TIME_WAIT; it does not let two
+        # servers listen on one port (Linux and macOS refuse that with EADDRINUSE).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"port {port} on {host} is already in use (another server?); choose one with --port"
+            ) from exc
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
 
 
 class _Drains(Protocol):
@@ -104,6 +137,15 @@ class RelayServer(uvicorn.Server):
         self.graceful_timeout = graceful_timeout
         self.app_state = app_state
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if sockets and self.started:
+            # uvicorn logs its address only when it binds the socket itself; scripts and the e2e harness read
+            # the port from this line ("Uvicorn running on http://HOST:PORT").
+            host, port = sockets[0].getsockname()[:2]
+            address = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            logging.getLogger("uvicorn.error").info("Uvicorn running on %s (Press CTRL+C to quit)", address)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self.app_state is not None:
             self.app_state.drain(self.graceful_timeout)
@@ -151,16 +193,24 @@ def serve(
     log_level: str = "info",
     graceful_timeout: float = 5.0,
     header_timeout: float = 10.0,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve ``engine`` until SIGTERM or SIGINT. Running generations get ``graceful_timeout`` seconds to finish;
-    then each ends with an error event and ``[DONE]`` (a whole-body request gets a 503)."""
+    then each ends with an error event and ``[DONE]`` (a whole-body request gets a 503). ``sock``, from
+    :func:`bind_socket`, is listened on instead of binding ``host:port`` here."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(engine, config)
-    uvicorn_server(
+    if sock is None:
+        sock = bind_socket(host, port)
+    server = uvicorn_server(
         app,
         host=host,
-        port=port,
+        port=sock.getsockname()[1],
         log_level=log_level,
         graceful_timeout=graceful_timeout,
         header_timeout=header_timeout,
-    ).run()
+    )
+    with sock, contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
+    if not server.started:  # uvicorn logged why (a failing lifespan); exit as uvicorn.run would
+        raise SystemExit(3)

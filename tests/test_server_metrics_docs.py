@@ -1,0 +1,88 @@
+"""``/metrics`` as a dashboard reads it, and ``/docs`` / ``/redoc`` offline: never a blank page."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from _uvicorn import serve
+from server_helpers import replay_app
+from tokenrelay import __version__
+from tokenrelay.server.metrics import ERROR_TYPES
+
+
+def scrape(url: str, api_key: str | None = None) -> list[tuple[str, dict[str, str], float]]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    text = httpx.get(url + "/metrics", headers=headers).text
+    return [
+        (sample.name, sample.labels, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
+
+
+def test_metrics_before_any_request() -> None:
+    app, _ = replay_app("m")
+    with serve(app) as url:
+        samples = scrape(url)
+    names = {name for name, _, _ in samples}
+    assert not [n for n in names if n.endswith("_created")]
+    assert all(labels.get("model") == "replay" for _, labels, _ in samples)  # every series says its model
+    errors = {labels["type"]: value for name, labels, value in samples if name == "tokenrelay_errors_total"}
+    assert errors == dict.fromkeys(ERROR_TYPES, 0.0)  # present at zero, every type the server can answer
+    for counter in ("tokenrelay_cancellations_total", "tokenrelay_rejected_total"):
+        assert (counter, {"model": "replay"}, 0.0) in samples
+    requests = [labels for name, labels, _ in samples if name == "tokenrelay_requests_total"]
+    assert len(requests) == 4  # both endpoints, streamed and not
+    (build,) = [labels for name, labels, _ in samples if name == "tokenrelay_build_info"]
+    assert build["version"] == __version__ and re.fullmatch(r"\d+\.\d+\.\d+", build["python"])
+
+
+def test_metrics_count_errors_by_type_with_the_model_label() -> None:
+    app, _ = replay_app("m", api_key="k")
+    with serve(app) as url:
+        body = {"model": "replay", "messages": [{"role": "user", "content": "x"}], "stream": True}
+        assert httpx.post(url + "/v1/chat/completions", json=body).status_code == 401
+        ok = httpx.post(url + "/v1/chat/completions", json=body, headers={"Authorization": "Bearer k"})
+        assert ok.status_code == 200
+        samples = scrape(url, "k")
+    assert ("tokenrelay_requests_total", {"model": "replay", "endpoint": "/v1/chat/completions", "stream": "true"}, 1.0) in samples  # fmt: skip
+    ttft = [v for n, labels, v in samples if n == "tokenrelay_ttft_seconds_count"]
+    assert ttft == [1.0]
+
+
+def test_docs_and_redoc_render_without_the_network() -> None:
+    app, _ = replay_app("m")
+    with serve(app) as url:
+        pages = [httpx.get(url + path) for path in ("/docs", "/redoc")]
+        spec = httpx.get(url + "/openapi.json").json()
+    assert spec["info"]["version"] == __version__
+    for page in pages:
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "script-src" not in page.headers["content-security-policy"]  # default-src 'none': no script
+        html = page.text
+        assert "<script" not in html and not re.search(r"(src|href)=\"(https?:)?//", html)  # nothing fetched
+        for path in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"):
+            assert f"<code>{path}</code>" in html
+        assert "<code>messages</code>*" in html  # the request body's fields, required ones starred
+
+
+def test_docs_page_is_not_blank_in_chromium() -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Chromium is not installed (make test installs it)")
+    app, _ = replay_app("m")
+    with serve(app) as url, tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+             "--virtual-time-budget=3000", "--dump-dom", url + "/docs"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+    body = re.sub(r"<script.*?</script>|<[^>]+>", " ", dom.partition("<body>")[2], flags=re.S)  # shown text
+    assert "/v1/chat/completions" in body and "OpenAI-compatible endpoints" in body
