@@ -72,8 +72,12 @@ class _TextAsBytes:
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     """Options that pick and tune an engine: shared by ``generate`` and ``serve``."""
-    parser.add_argument("--engine", choices=("llamacpp", "replay"), default="llamacpp")
-    parser.add_argument("--model", default="smollm2", help="llamacpp: 'smollm2' (built in) or a PATH.gguf")
+    parser.add_argument("--engine", choices=("llamacpp", "replay", "upstream", "vllm"), default="llamacpp")
+    parser.add_argument(
+        "--model",
+        help="llamacpp: 'smollm2' (the default, built in) or a PATH.gguf; vllm: 'smollm2' or an HF model "
+        "folder or id; upstream: the model to ask the replicas for (default: their /v1/models)",
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--n-ctx", type=int, default=2048, help="llamacpp: context size in tokens")
     parser.add_argument("--threads", type=int, default=None, help="llamacpp: CPU threads (default: all, ≤ 8)")
@@ -83,7 +87,31 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     replay.add_argument("--jitter", type=float, default=0.0, help="fraction each interval may vary by")
     replay.add_argument("--burst", type=int, default=1, help="ids released per step")
     replay.add_argument("--first-token-delay", type=float, default=0.0, help="seconds before the first step")
-    replay.add_argument("--tokenizer", default="smollm2", help="replay: tokenizer name or file")
+    replay.add_argument(
+        "--tokenizer",
+        help="replay, upstream: tokenizer name or file (default: smollm2; upstream: the model's)",
+    )
+    upstream = parser.add_argument_group("upstream engine (relay from running engine servers)")
+    upstream.add_argument(
+        "--upstream", action="append", default=[], metavar="URL", help="a replica's base URL (repeatable)"
+    )
+    upstream.add_argument(
+        "--upstream-protocol",
+        choices=("openai", "sglang", "tgi", "llamacpp"),
+        default="openai",
+        help="openai: vLLM, tokenrelay, SGLang (return_token_ids); sglang: /generate; tgi: /generate_stream; "
+        "llamacpp: llama-server (text deltas)",
+    )
+    upstream.add_argument("--upstream-api-key", help="sent to the replicas as 'Authorization: Bearer KEY'")
+    upstream.add_argument("--health-interval", type=float, default=5.0, help="seconds between health checks")
+    vllm = parser.add_argument_group("vllm engine (vLLM in-process; its options pass through)")
+    vllm.add_argument("--tensor-parallel-size", type=int)
+    vllm.add_argument("--pipeline-parallel-size", type=int)
+    vllm.add_argument("--data-parallel-size", type=int)
+    vllm.add_argument("--distributed-executor-backend", choices=("mp", "ray", "uni"))
+    vllm.add_argument("--max-model-len", type=int)
+    vllm.add_argument("--dtype")
+    vllm.add_argument("--enforce-eager", action="store_true")
 
 
 def _configure_generate(parser: argparse.ArgumentParser) -> None:
@@ -103,11 +131,18 @@ def _build_engine(args: argparse.Namespace) -> Engine:
     from tokenrelay.engines import LlamaCppEngine, ReplayEngine
     from tokenrelay.tokenizers import load_tokenizer
 
+    if args.engine == "upstream":
+        return _build_upstream(args)
+    if args.engine == "vllm":
+        from tokenrelay.engines.vllm import VLLMEngine
+
+        options = {k: getattr(args, k) for k in VLLM_OPTIONS if getattr(args, k) not in (None, False)}
+        return VLLMEngine.load(args.model or "smollm2", seed=args.seed, on_progress=_stderr, **options)
     if args.engine == "replay":
         # Bytes, then UTF-8: text mode would turn the file's CRLF line ends into LF before the replay.
         text = args.text_file.read_bytes().decode("utf-8") if args.text_file else None
         return ReplayEngine(
-            load_tokenizer(args.tokenizer),
+            load_tokenizer(args.tokenizer or "smollm2"),
             text,
             rate=args.rate or None,
             jitter=args.jitter,
@@ -115,7 +150,49 @@ def _build_engine(args: argparse.Namespace) -> Engine:
             first_token_delay=args.first_token_delay,
             seed=args.seed or 0,
         )
-    return LlamaCppEngine.load(args.model, n_ctx=args.n_ctx, n_threads=args.threads, on_progress=_stderr)
+    return LlamaCppEngine.load(
+        args.model or "smollm2", n_ctx=args.n_ctx, n_threads=args.threads, on_progress=_stderr
+    )
+
+
+VLLM_OPTIONS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "distributed_executor_backend",
+    "max_model_len",
+    "dtype",
+    "enforce_eager",
+)
+
+
+def _build_upstream(args: argparse.Namespace) -> Engine:
+    from tokenrelay._errors import ConfigError, TokenizerError
+    from tokenrelay.engines.upstream import UpstreamEngine, discover_model
+    from tokenrelay.tokenizers import load_tokenizer
+
+    if not args.upstream:
+        raise ConfigError("--engine upstream needs at least one --upstream URL")
+    model = args.model
+    if model is None and args.upstream_protocol in ("openai", "llamacpp"):
+        model = discover_model(args.upstream[0], api_key=args.upstream_api_key)
+    source = args.tokenizer or model
+    if source is None:
+        raise ConfigError("--engine upstream needs --tokenizer (or --model naming a loadable tokenizer)")
+    try:
+        tokenizer = load_tokenizer(source)
+    except TokenizerError as exc:
+        raise ConfigError(
+            f"cannot load the tokenizer of {source!r} offline ({exc.message}); pass --tokenizer NAME_OR_FILE"
+        ) from exc
+    return UpstreamEngine(
+        args.upstream,
+        tokenizer,
+        model=model,
+        protocol=args.upstream_protocol,
+        api_key=args.upstream_api_key,
+        health_interval=args.health_interval,
+    )
 
 
 def _ms(seconds: float | None) -> str:
@@ -209,7 +286,11 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key", default=os.environ.get("TOKENRELAY_API_KEY"), help="require 'Authorization: Bearer KEY'"
     )
-    parser.add_argument("--max-active", type=int, help="generations at once (default: 1 llamacpp, 64 replay)")
+    parser.add_argument(
+        "--max-active",
+        type=int,
+        help="generations at once (default: 1 llamacpp, 64 replay, 256 vllm/upstream)",
+    )
     parser.add_argument("--max-queued", type=int, default=256, help="waiting generations before 429")
     parser.add_argument(
         "--max-tokens-limit", type=int, help="largest max_tokens a request may ask (default: n_ctx)"
@@ -229,9 +310,10 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     engine = _build_engine(args)
     llama = args.engine == "llamacpp"
+    batching = args.engine in ("upstream", "vllm")  # the engine queues and batches itself
     config = ServerConfig(
         api_key=args.api_key or None,
-        max_active=args.max_active or (1 if llama else 64),
+        max_active=args.max_active or (1 if llama else 256 if batching else 64),
         max_queued=args.max_queued,
         max_tokens_limit=args.max_tokens_limit or (args.n_ctx if llama else 4096),
         default_max_tokens=args.default_max_tokens,
