@@ -198,6 +198,7 @@ class UpstreamEngine:
                     if response.status_code >= 500 or response.status_code == 429:
                         raise _Retry(error.message)
                     raise error
+                replica.healthy = True  # it answers: whatever a health check said, it is up
                 reader = reader_for(self.protocol)
                 parser = SSEParser()
                 chunks = response.aiter_bytes()
@@ -227,7 +228,6 @@ class UpstreamEngine:
                     raise
                 if not ended:
                     raise EngineError(f"upstream {replica.url} ended the stream before the reply finished")
-            replica.healthy = True
         finally:
             replica.active -= 1
 
