@@ -99,7 +99,7 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--upstream-protocol",
         choices=("openai", "sglang", "tgi", "llamacpp"),
         default="openai",
-        help="openai: vLLM, tokenrelay, SGLang (return_token_ids); sglang: /generate; tgi: /generate_stream; "
+        help="openai: vLLM, tokenrelay (return_token_ids); sglang: /generate; tgi: /generate_stream; "
         "llamacpp: llama-server (text deltas)",
     )
     upstream.add_argument("--upstream-api-key", help="sent to the replicas as 'Authorization: Bearer KEY'")

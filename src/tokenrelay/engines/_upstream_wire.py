@@ -3,8 +3,7 @@
 Sans-I/O, standard library only. ``request(protocol, prompt, params, model)`` gives the path and JSON body of
 one streamed generation; a reader per protocol turns each SSE event's data into an :class:`UpstreamChunk`:
 
-- ``openai``: vLLM's and tokenrelay's OpenAI servers with ``"return_token_ids": true`` (and SGLang's
-  ``/v1/completions``): ``choices[0].token_ids`` in every chunk are the new ids, ``prompt_token_ids`` arrive in
+- ``openai``: vLLM's and tokenrelay's OpenAI servers with ``"return_token_ids": true``: ``choices[0].token_ids`` in every chunk are the new ids, ``prompt_token_ids`` arrive in
   the first chunk (top level for chat, in the choice for text completions), ``data: [DONE]`` ends.
 - ``sglang``: SGLang's native ``POST /generate`` with ``"stream": true``: each event has ``output_ids`` and
   ``meta_info`` (``completion_tokens``, ``prompt_tokens``, ``finish_reason`` ``{"type": ...}``). The ids are
@@ -121,7 +120,7 @@ def _ids(value: object, where: str) -> tuple[int, ...]:
 
 
 class OpenAITokenReader:
-    """``return_token_ids`` streams: vLLM, tokenrelay, SGLang's ``/v1/completions``."""
+    """``return_token_ids`` streams: vLLM, tokenrelay."""
 
     text_protocol = False
 
