@@ -196,3 +196,32 @@ def test_cli_builds_the_engine_from_its_options() -> None:
         assert engine.replicas[0].url == upstream  # a trailing /v1 is the same server
         with pytest.raises(ConfigError, match="--upstream"):
             _build_engine(build_parser().parse_args(["serve", "--engine", "upstream"]))
+
+
+def test_cli_passes_vllms_parallel_options_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenrelay.cli import _build_engine, build_parser
+    from tokenrelay.engines import vllm
+
+    seen: dict[str, object] = {}
+
+    def load(model: str, **options: object) -> str:  # vLLM itself is tested in tests/with_vllm
+        seen.update(options, model=model)
+        return "engine"
+
+    monkeypatch.setattr(vllm.VLLMEngine, "load", load)
+    argv = ["serve", "--engine", "vllm", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
+    argv += ["--data-parallel-size", "2", "--distributed-executor-backend", "ray", "--max-model-len", "4096"]
+    argv += ["--dtype", "bfloat16", "--enforce-eager"]
+    assert _build_engine(build_parser().parse_args(argv)) == "engine"  # type: ignore[comparison-overlap]
+    assert seen == {
+        "model": "smollm2",
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 2,
+        "data_parallel_size": 2,
+        "distributed_executor_backend": "ray",
+        "max_model_len": 4096,
+        "dtype": "bfloat16",
+        "enforce_eager": True,
+        "seed": None,
+        "on_progress": seen["on_progress"],
+    }
