@@ -47,20 +47,32 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its children so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def start(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "VLLM_CPU_KVCACHE_SPACE": "1"}
     with log.open("wb") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"{command[:4]} did not start; see {log}")
-        time.sleep(1)
+    try:
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    return proc
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{command[:4]} did not start; see {log}")
+            time.sleep(1)
+    except BaseException:  # not started, or interrupted while starting: leave nothing running
+        proc.terminate()
+        proc.wait(30)
+        raise
 
 
 async def one_stream(
@@ -94,8 +106,8 @@ async def one_stream(
     return ttft or 0.0, tokens, "".join(text)
 
 
-async def batch(url: str, model: str, streams: int, max_tokens: int) -> tuple[float, float, list[str]]:
-    """(aggregate tokens/s, TTFT p50, texts) for ``streams`` concurrent requests."""
+async def batch(url: str, model: str, streams: int, max_tokens: int) -> tuple[float, float, list[str], int]:
+    """(aggregate tokens/s, TTFT p50, texts, tokens) for ``streams`` concurrent requests."""
     async with httpx.AsyncClient(timeout=300) as client:
         started = time.perf_counter()
         results = await asyncio.gather(
@@ -103,7 +115,7 @@ async def batch(url: str, model: str, streams: int, max_tokens: int) -> tuple[fl
         )
         wall = time.perf_counter() - started
     tokens = sum(r[1] for r in results)
-    return tokens / wall, statistics.median(r[0] for r in results), [r[2] for r in results]
+    return tokens / wall, statistics.median(r[0] for r in results), [r[2] for r in results], tokens
 
 
 def references(url: str, model: str, max_tokens: int) -> list[str]:
@@ -154,10 +166,20 @@ def main() -> None:
             asyncio.run(batch(urls[name], models[name], 1, 8))
         samples: dict[tuple[str, int], list[tuple[float, float]]] = {}
         mismatches = 0
+        # CPU of each server's own process during its own batches: vLLM's engine core is a child process that
+        # is still running, so it is not counted; what is left is each front end's cost per token.
+        pids = {name: proc.pid for name, proc in zip(ports, procs, strict=True)}
+        cpu = dict.fromkeys(ports, 0.0)
+        counted = dict.fromkeys(ports, 0)
         for _ in range(args.rounds):
             for n in levels:
                 for name in ports:  # interleaved, so machine noise hits all three alike
-                    rate, ttft, texts = asyncio.run(batch(urls[name], models[name], n, args.max_tokens))
+                    before = cpu_seconds(pids[name])
+                    rate, ttft, texts, tokens = asyncio.run(
+                        batch(urls[name], models[name], n, args.max_tokens)
+                    )
+                    cpu[name] += cpu_seconds(pids[name]) - before
+                    counted[name] += tokens
                     mismatches += sum(t != e for t, e in zip(texts, expected, strict=False))
                     samples.setdefault((name, n), []).append((rate, ttft))
 
@@ -175,6 +197,9 @@ def main() -> None:
                     f"{n:>7} | {name:<11} | {rate:7.1f} | {rate / base_rate:5.2f} | {ttft * 1000:7.1f}ms"
                     f" | {(ttft - base_ttft) * 1000:+6.1f}ms"
                 )
+        print("\nfront-end CPU per token (the server's own process, vLLM's engine core excluded):")
+        for name in ports:
+            print(f"  {name:<11} {cpu[name] / max(counted[name], 1) * 1e6:6.0f} µs ({counted[name]} tokens)")
         total = args.rounds * sum(levels) * len(ports)
         print(f"\nexact: {total - mismatches}/{total} streams equal vLLM's own non-streamed reply")
         if mismatches:
