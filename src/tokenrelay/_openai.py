@@ -9,6 +9,10 @@ friends; the tests validate every shape with them and read the frames with the S
   ``"usage": null`` and a last chunk has ``"choices": []`` and the usage.
 - ``text_completion`` (legacy ``/v1/completions``): ``choices[].text`` instead of a delta.
 - ``data: [DONE]`` ends the stream; an in-stream failure is ``data: {"error": {...}}``.
+- ``return_token_ids`` (vLLM's extension, which tokenrelay's server honours too, so one tokenrelay can be
+  another's upstream): every choice chunk carries ``token_ids``, the ids consumed since the previous chunk, and
+  the first chunk carries ``prompt_token_ids`` (top level in a chat chunk, in the choice of a text chunk, as
+  vLLM puts them).
 
 JSON is written with ``ensure_ascii=False``: a Devanagari letter costs 3 bytes on the wire, not 6.
 """
@@ -16,6 +20,7 @@ JSON is written with ``ensure_ascii=False``: a Devanagari letter costs 3 bytes o
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring  # the C string quoter json.dumps(ensure_ascii=False) uses
 
@@ -73,11 +78,12 @@ class Usage:
 class _ChunkWriter:
     """The part every chunk of one stream shares, rendered once: the server calls a writer once per token."""
 
-    __slots__ = ("_head", "_tail")
+    __slots__ = ("_head", "_prompt_ids", "_tail")
 
     def __init__(
         self, obj: str, id: str, model: str, created: int, system_fingerprint: str | None, include_usage: bool
     ) -> None:
+        self._prompt_ids: list[int] | None = None
         fields = {
             "id": id,
             "object": obj,
@@ -94,6 +100,14 @@ class _ChunkWriter:
 
     def _frame(self, choice: dict[str, object]) -> bytes:
         return self._head + json_bytes(choice) + self._tail
+
+    def prompt_token_ids(self, ids: Sequence[int]) -> None:
+        """Put ``prompt_token_ids`` in the next chunk written (``return_token_ids``)."""
+        self._prompt_ids = list(ids)
+
+    def _take_prompt_ids(self) -> list[int] | None:
+        ids, self._prompt_ids = self._prompt_ids, None
+        return ids
 
 
 class ChatChunkWriter(_ChunkWriter):
@@ -120,10 +134,35 @@ class ChatChunkWriter(_ChunkWriter):
         self._content_head = self._head + b'{"index":0,"delta":{"content":'
         self._content_tail = b'},"logprobs":null,"finish_reason":null}' + self._tail
 
+    def _frame(self, choice: dict[str, object]) -> bytes:
+        prompt_ids = self._take_prompt_ids()
+        if prompt_ids is None:
+            return super()._frame(choice)
+        return (
+            self._head
+            + json_bytes(choice)
+            + b'],"prompt_token_ids":'
+            + json_bytes(prompt_ids)
+            + self._tail[1:]
+        )
+
     def role(self, role: str = "assistant") -> bytes:
         """The first chunk: the role, and empty content."""
         return self._frame(
             {"index": 0, "delta": {"role": role, "content": ""}, "logprobs": None, "finish_reason": None}
+        )
+
+    def delta_with_ids(self, text: str, token_ids: Sequence[int]) -> bytes:
+        """A content delta and the ids it came from (``return_token_ids``)."""
+        delta = {"content": text}
+        return self._frame(
+            {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": None,
+                "token_ids": list(token_ids),
+            }
         )
 
     def delta(self, text: str) -> bytes:
@@ -131,9 +170,19 @@ class ChatChunkWriter(_ChunkWriter):
         # Joining bytes: concatenating str would widen the whole frame to the text's widest character first.
         return b"".join((self._content_head, encode_basestring(text).encode(), self._content_tail))
 
-    def finish(self, finish_reason: str) -> bytes:
-        """The last choice chunk: an empty delta and why generation stopped (``stop``, ``length``, ...)."""
-        return self._frame({"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish_reason})
+    def finish(self, finish_reason: str, token_ids: Sequence[int] | None = None) -> bytes:
+        """The last choice chunk: an empty delta and why generation stopped (``stop``, ``length``, ...).
+
+        ``token_ids`` (``return_token_ids``): the ids no delta carried, such as the end-of-sequence id."""
+        choice: dict[str, object] = {
+            "index": 0,
+            "delta": {},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        if token_ids is not None:
+            choice["token_ids"] = list(token_ids)
+        return self._frame(choice)
 
 
 class TextChunkWriter(_ChunkWriter):
@@ -158,9 +207,29 @@ class TextChunkWriter(_ChunkWriter):
         """A text delta."""
         return b"".join((self._text_head, encode_basestring(text).encode(), self._text_tail))
 
-    def finish(self, finish_reason: str) -> bytes:
-        """The last chunk: no text, and why generation stopped."""
-        return self._frame({"text": "", "index": 0, "logprobs": None, "finish_reason": finish_reason})
+    def _frame(self, choice: dict[str, object]) -> bytes:
+        prompt_ids = self._take_prompt_ids()
+        if prompt_ids is not None:
+            choice["prompt_token_ids"] = prompt_ids
+        return super()._frame(choice)
+
+    def delta_with_ids(self, text: str, token_ids: Sequence[int]) -> bytes:
+        """A text delta and the ids it came from (``return_token_ids``)."""
+        choice = {
+            "text": text,
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": None,
+            "token_ids": list(token_ids),
+        }
+        return self._frame(choice)
+
+    def finish(self, finish_reason: str, token_ids: Sequence[int] | None = None) -> bytes:
+        """The last chunk: no text, and why generation stopped (``token_ids``: as ``ChatChunkWriter.finish``)."""
+        choice: dict[str, object] = {"text": "", "index": 0, "logprobs": None, "finish_reason": finish_reason}
+        if token_ids is not None:
+            choice["token_ids"] = list(token_ids)
+        return self._frame(choice)
 
 
 def chat_completion(

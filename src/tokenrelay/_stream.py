@@ -116,10 +116,13 @@ class TextStream:
         prompt_ids: Sequence[int] | None = None,
         skip_special_tokens: bool = True,
         started_at: float | None = None,
+        stranded: Literal["replace", "discard"] = "replace",
     ) -> None:
         if max_tokens is not None and max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
-        self._detok = Detokenizer(tokenizer, skip_special_tokens=skip_special_tokens, prompt_ids=prompt_ids)
+        self._detok = Detokenizer(
+            tokenizer, skip_special_tokens=skip_special_tokens, prompt_ids=prompt_ids, stranded=stranded
+        )
         self._matcher = StopMatcher(stops, include_stop=include_stop)
         eos = frozenset() if ignore_eos else tokenizer.eos_token_ids
         self._stop_ids = frozenset(stop_token_ids) | eos
@@ -149,6 +152,10 @@ class TextStream:
     @property
     def completion_tokens(self) -> int:
         return self._count
+
+    def set_prompt_tokens(self, count: int) -> None:
+        """Count the prompt as ``count`` tokens in ``usage`` (an upstream server said how long it really was)."""
+        self._prompt_tokens = count
 
     def start(self, now: float) -> None:
         """Set the request start time, if it was not known when the stream was built."""
@@ -191,6 +198,21 @@ class TextStream:
             self._release(released, parts, delta_ids)
             if self._max_tokens is not None and self._count >= self._max_tokens:
                 return self._end("length", parts, delta_ids, now)
+        return self._emit(parts, delta_ids, now)
+
+    def feed_text(self, text: str, tokens: int = 1, now: float | None = None) -> list[Event]:
+        """Consume text an engine made itself (llama.cpp's server, whose ids are incomplete): it skips the
+        detokenizer, but stop strings, ``max_tokens`` (counting ``tokens`` per call) and usage still apply."""
+        if self._finished is not None:
+            return []
+        parts: list[str] = []
+        delta_ids: list[int] = []
+        self._count += tokens
+        self._release(self._matcher.feed(text), parts, delta_ids)
+        if self._matcher.stopped:
+            return self._end("stop", parts, delta_ids, now)
+        if self._max_tokens is not None and self._count >= self._max_tokens:
+            return self._end("length", parts, delta_ids, now)
         return self._emit(parts, delta_ids, now)
 
     def finish(self, now: float | None = None, reason: FinishReason = "stop") -> list[Event]:

@@ -85,10 +85,11 @@ def _environment_epilog() -> str:
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     """Options that pick and tune an engine: shared by ``generate``, ``chat`` and ``serve``."""
-    parser.add_argument("--engine", choices=("llamacpp", "replay"), default="llamacpp")
+    parser.add_argument("--engine", choices=("llamacpp", "replay", "upstream", "vllm"), default="llamacpp")
     parser.add_argument(
         "--model",
-        help="llamacpp: 'smollm2' (built in, the default) or a PATH.gguf; "
+        help="llamacpp: 'smollm2' (built in, the default) or a PATH.gguf; vllm: 'smollm2' or an HF model "
+        "folder or id; upstream: the model to ask the replicas for (default: their /v1/models); "
         "with --url (generate, chat): the model to ask the server for (default: its first)",
     )
     parser.add_argument("--seed", type=int, default=None)
@@ -118,7 +119,31 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     replay.add_argument("--jitter", type=float, default=0.0, help="fraction each interval may vary by")
     replay.add_argument("--burst", type=int, default=1, help="ids released per step")
     replay.add_argument("--first-token-delay", type=float, default=0.0, help="seconds before the first step")
-    replay.add_argument("--tokenizer", default="smollm2", help="replay: tokenizer name or file")
+    replay.add_argument(
+        "--tokenizer",
+        help="replay, upstream: tokenizer name or file (default: smollm2; upstream: the model's)",
+    )
+    upstream = parser.add_argument_group("upstream engine (relay from running engine servers)")
+    upstream.add_argument(
+        "--upstream", action="append", default=[], metavar="URL", help="a replica's base URL (repeatable)"
+    )
+    upstream.add_argument(
+        "--upstream-protocol",
+        choices=("openai", "sglang", "tgi", "llamacpp"),
+        default="openai",
+        help="openai: vLLM, tokenrelay (return_token_ids); sglang: /generate; tgi: /generate_stream; "
+        "llamacpp: llama-server (text deltas)",
+    )
+    upstream.add_argument("--upstream-api-key", help="sent to the replicas as 'Authorization: Bearer KEY'")
+    upstream.add_argument("--health-interval", type=float, default=5.0, help="seconds between health checks")
+    vllm = parser.add_argument_group("vllm engine (vLLM in-process; its options pass through)")
+    vllm.add_argument("--tensor-parallel-size", type=int)
+    vllm.add_argument("--pipeline-parallel-size", type=int)
+    vllm.add_argument("--data-parallel-size", type=int)
+    vllm.add_argument("--distributed-executor-backend", choices=("mp", "ray", "uni"))
+    vllm.add_argument("--max-model-len", type=int)
+    vllm.add_argument("--dtype")
+    vllm.add_argument("--enforce-eager", action="store_true")
 
 
 def _read_text_file(path: Path) -> str:
@@ -143,10 +168,17 @@ def _build_engine(args: argparse.Namespace) -> Engine:
     from tokenrelay.engines import DEFAULT_MODEL, LlamaCppEngine, ReplayEngine
     from tokenrelay.tokenizers import load_tokenizer
 
+    if args.engine == "upstream":
+        return _build_upstream(args)
+    if args.engine == "vllm":
+        from tokenrelay.engines.vllm import VLLMEngine
+
+        options = {k: getattr(args, k) for k in VLLM_OPTIONS if getattr(args, k) not in (None, False)}
+        return VLLMEngine.load(args.model or "smollm2", seed=args.seed, on_progress=_stderr, **options)
     if args.engine == "replay":
         text = _read_text_file(args.text_file) if args.text_file else None
         return ReplayEngine(
-            load_tokenizer(args.tokenizer),
+            load_tokenizer(args.tokenizer or "smollm2"),
             text,
             rate=args.rate or None,
             jitter=args.jitter,
@@ -162,6 +194,46 @@ def _build_engine(args: argparse.Namespace) -> Engine:
         n_parallel=parallel,
         prefill_chunk=args.prefill_chunk,
         on_progress=_stderr,
+    )
+
+
+VLLM_OPTIONS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "distributed_executor_backend",
+    "max_model_len",
+    "dtype",
+    "enforce_eager",
+)
+
+
+def _build_upstream(args: argparse.Namespace) -> Engine:
+    from tokenrelay._errors import ConfigError, TokenizerError
+    from tokenrelay.engines.upstream import UpstreamEngine, discover_model
+    from tokenrelay.tokenizers import load_tokenizer
+
+    if not args.upstream:
+        raise ConfigError("--engine upstream needs at least one --upstream URL")
+    model = args.model
+    if model is None and args.upstream_protocol in ("openai", "llamacpp"):
+        model = discover_model(args.upstream[0], api_key=args.upstream_api_key)
+    source = args.tokenizer or model
+    if source is None:
+        raise ConfigError("--engine upstream needs --tokenizer (or --model naming a loadable tokenizer)")
+    try:
+        tokenizer = load_tokenizer(source)
+    except TokenizerError as exc:
+        raise ConfigError(
+            f"cannot load the tokenizer of {source!r} offline ({exc.message}); pass --tokenizer NAME_OR_FILE"
+        ) from exc
+    return UpstreamEngine(
+        args.upstream,
+        tokenizer,
+        model=model,
+        protocol=args.upstream_protocol,
+        api_key=args.upstream_api_key,
+        health_interval=args.health_interval,
     )
 
 
@@ -247,7 +319,9 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         help="require 'Authorization: Bearer KEY' (default: $TOKENRELAY_API_KEY, else none)",
     )
     parser.add_argument(
-        "--max-active", type=int, help="generations at once (default: --parallel for llamacpp, 64 replay)"
+        "--max-active",
+        type=int,
+        help="generations at once (default: --parallel for llamacpp, 64 replay, 256 vllm/upstream)",
     )
     parser.add_argument("--max-queued", type=int, default=256, help="waiting generations before 429")
     parser.add_argument(
@@ -287,9 +361,11 @@ def _run_serve(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     engine = _build_engine(args)
     llama = args.engine == "llamacpp"
+    batching = args.engine in ("upstream", "vllm")  # the engine queues and batches itself
     config = ServerConfig(
         api_key=args.api_key or None,
-        max_active=args.max_active or (engine.n_parallel if isinstance(engine, LlamaCppEngine) else 64),
+        max_active=args.max_active
+        or (engine.n_parallel if isinstance(engine, LlamaCppEngine) else 256 if batching else 64),
         max_queued=args.max_queued,
         max_tokens_limit=args.max_tokens_limit or (args.n_ctx if llama else 4096),
         default_max_tokens=args.default_max_tokens,

@@ -9,6 +9,10 @@ iterating it, or closes it (``aclose()``, ``contextlib.aclosing``), the engine s
 the step already running finishes. A generation never keeps computing to the end in a thread after its
 consumer is gone. A failure mid-stream raises ``EngineError`` from the iterator, it never hangs.
 
+An engine may set ``stranded = "discard"`` when its own server drops the bytes of a character left unfinished
+at the end of a reply (vLLM's detokenizer never emits them, so a reply cut by ``max_tokens`` inside an emoji
+ends before it); the default, ``"replace"``, ends it with U+FFFD as the tokenizer's full decode does.
+
 An engine also stops by itself after ``params.max_tokens`` ids and after yielding an end-of-sequence id (one
 of ``stop_token_ids``); ``TextStream`` does the same bookkeeping, so the two never disagree about where a
 reply ended.
@@ -28,7 +32,17 @@ from tokenrelay._errors import EngineError, InvalidRequestError, TokenRelayError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._stream import Event, TextStream
 
-__all__ = ["ChatMessage", "Engine", "Prompt", "SamplingParams", "Step", "render_plain_chat", "stream_events"]
+__all__ = [
+    "ChatMessage",
+    "Engine",
+    "Prompt",
+    "PromptTokens",
+    "SamplingParams",
+    "Step",
+    "TextStep",
+    "render_plain_chat",
+    "stream_events",
+]
 
 ChatMessage: TypeAlias = Mapping[str, str]
 """One chat turn: ``{"role": "user" | "system" | "assistant", "content": "..."}``."""
@@ -36,8 +50,29 @@ ChatMessage: TypeAlias = Mapping[str, str]
 Prompt: TypeAlias = str | Sequence[ChatMessage]
 """A raw text prompt (completion) or a list of chat turns (rendered with the model's chat template)."""
 
-Step: TypeAlias = Sequence[int]
-"""The token ids one engine iteration produced."""
+
+@dataclass(frozen=True)
+class TextStep:
+    """Text an engine hands over instead of ids, and how many tokens made it.
+
+    Only for engines whose ids cannot be trusted (llama.cpp's server drops the ids of tokens that end inside a
+    UTF-8 character): the text skips the detokenizer; stop strings, ``max_tokens`` and framing still apply.
+    """
+
+    text: str
+    tokens: int = 1
+
+
+@dataclass(frozen=True)
+class PromptTokens:
+    """How many tokens the prompt really was, when only the engine knows (an upstream server applied its own
+    chat template): ``usage.prompt_tokens`` reports it. Yield it before the ids."""
+
+    count: int
+
+
+Step: TypeAlias = Sequence[int] | TextStep | PromptTokens
+"""The token ids one engine iteration produced (or, rarely, a ``TextStep`` or ``PromptTokens``)."""
 
 
 # Prompts up to this many ids prime a detokenizer in well under a millisecond.
@@ -143,6 +178,7 @@ async def stream_events(
             max_tokens=max_tokens,
             prompt_ids=prompt_ids,
             started_at=started,
+            stranded=getattr(engine, "stranded", "replace"),
         )
 
     # The detokenizer is primed with the prompt (it decodes it): for a long prompt that is milliseconds of
@@ -154,7 +190,14 @@ async def stream_events(
     steps = engine.generate(prompt, params)
     try:
         async for step in steps:
-            for event in stream.feed(step, now=clock()):
+            if isinstance(step, TextStep):
+                events = stream.feed_text(step.text, step.tokens, now=clock())
+            elif isinstance(step, PromptTokens):
+                stream.set_prompt_tokens(step.count)
+                continue
+            else:
+                events = stream.feed(step, now=clock())
+            for event in events:
                 yield event
             if stream.finished is not None:
                 return

@@ -91,6 +91,9 @@ class _Server:
         self.engine = engine
         self.config = config
         self.metrics = ServerMetrics(engine.model)
+        collector = getattr(engine, "metrics_collector", None)  # an engine's own numbers (upstream replicas)
+        if collector is not None:
+            self.metrics.registry.register(collector())
         self.admission = Admission(config.max_active, config.max_queued, self.metrics, config.retry_after)
         self.models = (engine.model, *config.model_aliases)
         self.intake = Intake(
@@ -185,9 +188,13 @@ class _Run:
             id=self.id, model=gen.model, created=self.created, include_usage=gen.include_usage
         )
         record = self._record
+        with_ids = gen.return_token_ids
         try:
             self.asked_for_slot = True
             async with server.admission.slot():
+                prompt_ids = server.engine.prompt_ids(gen.prompt) if with_ids else None
+                if prompt_ids is not None:
+                    writer.prompt_token_ids(prompt_ids)
                 if isinstance(writer, ChatChunkWriter):
                     yield writer.role()  # the first chunk carries the role, as soon as generation starts
                 events = stream_events(
@@ -201,10 +208,14 @@ class _Run:
                 async for event in events:
                     record(event)
                     if type(event) is TextDelta:
-                        yield writer.delta(event.text)
+                        yield (
+                            writer.delta_with_ids(event.text, event.token_ids)
+                            if with_ids
+                            else writer.delta(event.text)
+                        )
                     else:
                         assert isinstance(event, Finished)
-                        yield writer.finish(event.reason)
+                        yield writer.finish(event.reason, event.token_ids if with_ids else None)
                         if gen.include_usage:
                             yield writer.usage(event.usage)
                         yield DONE
@@ -214,10 +225,12 @@ class _Run:
     async def body(self) -> tuple[int, bytes]:
         gen = self.gen
         parts: list[str] = []
+        ids: list[int] = []
         try:
             async for event in self._events():
                 if isinstance(event, TextDelta):
                     parts.append(event.text)
+                ids.extend(event.token_ids)
         except Exception as exc:
             err = self._fail(exc)
             return err.status_code, _error_bytes(err)
@@ -234,6 +247,11 @@ class _Run:
             usage=usage,
             **fields,
         )
+        if gen.return_token_ids:  # vLLM's shapes: the prompt's ids at the top, the reply's in the choice
+            body["prompt_token_ids"] = self.server.engine.prompt_ids(gen.prompt)
+            choices = body["choices"]
+            assert isinstance(choices, list)
+            choices[0]["token_ids"] = ids
         return 200, json_bytes(body)
 
     def done(self, outcome: Outcome) -> None:

@@ -75,6 +75,7 @@ class _Common(BaseModel):
     seed: Integer | None = Field(None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
     n: Integer = 1
+    return_token_ids: bool = False  # vLLM's extension: token ids in every chunk, prompt ids in the first
 
 
 class ChatCompletionBody(_Common):
@@ -118,6 +119,7 @@ class Generation:
     stops: tuple[str, ...]
     stream: bool
     include_usage: bool
+    return_token_ids: bool = False
 
 
 def _loads(body: bytes) -> dict[str, Any]:
@@ -316,4 +318,6 @@ def parse_generation(
         max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed
     )
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return Generation(kind, req.model, prompt, params, _stops(req.stop), req.stream, include_usage)
+    return Generation(
+        kind, req.model, prompt, params, _stops(req.stop), req.stream, include_usage, req.return_token_ids
+    )

@@ -1,0 +1,218 @@
+"""Scale-out: tokenrelay in front of vLLM vs vLLM's own OpenAI server, same model, 1 / 4 / 8 streams.
+
+Three servers over the same SmolLM2-135M-Instruct HF copy (bf16, eager), measured in interleaved rounds:
+
+- ``vllm``: vLLM's own OpenAI server (``python -m vllm.entrypoints.openai.api_server``), the baseline;
+- ``upstream``: ``tokenrelay serve --engine upstream --upstream <that server>`` (ids relayed and detokenized);
+- ``in-process``: ``tokenrelay serve --engine vllm`` (vLLM's AsyncLLM inside tokenrelay).
+
+For each, N concurrent streamed chat requests (distinct prompts, temperature 0): aggregate completion
+tokens/s over the wall time of the batch, and TTFT (request sent → first content byte) per stream. Every
+stream's text must equal vLLM's own non-streamed reply to the same request. Prints medians over the rounds,
+side by side, with ratios to the baseline. Needs the vLLM venv: ``make bench-vllm``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = [
+    "Write a haiku about tea.",
+    "Name three rivers in Europe.",
+    "How do plants make food?",
+    "Give me a tip for learning Python.",
+    "What is the capital of Japan?",
+    "Describe a cat in one sentence.",
+    "Why is the sky blue?",
+    "Suggest a name for a llama.",
+]
+VLLM_FLAGS = ["--enforce-eager", "--max-model-len", "1024", "--dtype", "bfloat16"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its children so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def start(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    try:
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    return proc
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{command[:4]} did not start; see {log}")
+            time.sleep(1)
+    except BaseException:  # not started, or interrupted while starting: leave nothing running
+        proc.terminate()
+        proc.wait(30)
+        raise
+
+
+async def one_stream(
+    client: httpx.AsyncClient, url: str, model: str, question: str, max_tokens: int
+) -> tuple[float, int, str]:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": question}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    sent = time.perf_counter()
+    ttft = None
+    text, tokens = [], 0
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            for choice in chunk.get("choices") or ():
+                piece = choice["delta"].get("content")
+                if piece:
+                    if ttft is None:
+                        ttft = time.perf_counter() - sent
+                    text.append(piece)
+    return ttft or 0.0, tokens, "".join(text)
+
+
+async def batch(url: str, model: str, streams: int, max_tokens: int) -> tuple[float, float, list[str], int]:
+    """(aggregate tokens/s, TTFT p50, texts, tokens) for ``streams`` concurrent requests."""
+    async with httpx.AsyncClient(timeout=300) as client:
+        started = time.perf_counter()
+        results = await asyncio.gather(
+            *(one_stream(client, url, model, QUESTIONS[i], max_tokens) for i in range(streams))
+        )
+        wall = time.perf_counter() - started
+    tokens = sum(r[1] for r in results)
+    return tokens / wall, statistics.median(r[0] for r in results), [r[2] for r in results], tokens
+
+
+def references(url: str, model: str, max_tokens: int) -> list[str]:
+    out = []
+    for question in QUESTIONS:
+        body = {"model": model, "messages": [{"role": "user", "content": question}], "temperature": 0}
+        body["max_tokens"] = max_tokens
+        reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=300).json()
+        out.append(reply["choices"][0]["message"]["content"])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--levels", default="1,4,8")
+    args = parser.parse_args()
+    levels = [int(n) for n in args.levels.split(",")]
+    sys.path.insert(0, str(ROOT / "src"))
+    from tokenrelay.engines.vllm import smollm2_hf_dir
+
+    model_dir = smollm2_hf_dir(print)
+    logs = Path(os.environ.get("TMPDIR", "/tmp"))
+    ports = {name: free_port() for name in ("vllm", "upstream", "in-process")}
+    py = sys.executable
+    procs = []
+    try:
+        print("starting vLLM's OpenAI server…", flush=True)
+        vllm_cmd = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+        vllm_cmd += ["--served-model-name", "smol", "--port", str(ports["vllm"]), *VLLM_FLAGS]
+        procs.append(start(vllm_cmd, ports["vllm"], logs / "scale_out-vllm.log"))
+        vllm_url = f"http://127.0.0.1:{ports['vllm']}"
+        print("starting tokenrelay --engine upstream…", flush=True)
+        up_cmd = [py, "-m", "tokenrelay", "serve", "--engine", "upstream", "--upstream", vllm_url]
+        up_cmd += ["--model", "smol", "--tokenizer", str(model_dir), "--port", str(ports["upstream"])]
+        up_cmd += ["--log-level", "warning"]
+        procs.append(start(up_cmd, ports["upstream"], logs / "scale_out-upstream.log"))
+        print("starting tokenrelay --engine vllm…", flush=True)
+        in_cmd = [py, "-m", "tokenrelay", "serve", "--engine", "vllm", "--model", "smollm2"]
+        in_cmd += ["--port", str(ports["in-process"]), "--log-level", "warning", *VLLM_FLAGS]
+        procs.append(start(in_cmd, ports["in-process"], logs / "scale_out-in-process.log"))
+        models = {"vllm": "smol", "upstream": "smol", "in-process": "SmolLM2-135M-Instruct"}
+        urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+
+        expected = references(vllm_url, "smol", args.max_tokens)
+        for name in ports:  # warm-up, and the exactness check at one stream
+            asyncio.run(batch(urls[name], models[name], 1, 8))
+        samples: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        mismatches = 0
+        # CPU of each server's own process during its own batches: vLLM's engine core is a child process that
+        # is still running, so it is not counted; what is left is each front end's cost per token.
+        pids = {name: proc.pid for name, proc in zip(ports, procs, strict=True)}
+        cpu = dict.fromkeys(ports, 0.0)
+        counted = dict.fromkeys(ports, 0)
+        for _ in range(args.rounds):
+            for n in levels:
+                for name in ports:  # interleaved, so machine noise hits all three alike
+                    before = cpu_seconds(pids[name])
+                    rate, ttft, texts, tokens = asyncio.run(
+                        batch(urls[name], models[name], n, args.max_tokens)
+                    )
+                    cpu[name] += cpu_seconds(pids[name]) - before
+                    counted[name] += tokens
+                    mismatches += sum(t != e for t, e in zip(texts, expected, strict=False))
+                    samples.setdefault((name, n), []).append((rate, ttft))
+
+        print(f"\nmax_tokens {args.max_tokens}, temperature 0, medians of {args.rounds} rounds")
+        print(
+            f"{'streams':>7} | {'server':<11} | {'tok/s':>7} | {'ratio':>5} | {'TTFT p50':>9} | {'overhead':>8}"
+        )
+        for n in levels:
+            base_rate = statistics.median(s[0] for s in samples["vllm", n])
+            base_ttft = statistics.median(s[1] for s in samples["vllm", n])
+            for name in ports:
+                rate = statistics.median(s[0] for s in samples[name, n])
+                ttft = statistics.median(s[1] for s in samples[name, n])
+                print(
+                    f"{n:>7} | {name:<11} | {rate:7.1f} | {rate / base_rate:5.2f} | {ttft * 1000:7.1f}ms"
+                    f" | {(ttft - base_ttft) * 1000:+6.1f}ms"
+                )
+        print("\nfront-end CPU per token (the server's own process, vLLM's engine core excluded):")
+        for name in ports:
+            print(f"  {name:<11} {cpu[name] / max(counted[name], 1) * 1e6:6.0f} µs ({counted[name]} tokens)")
+        total = args.rounds * sum(levels) * len(ports)
+        print(f"\nexact: {total - mismatches}/{total} streams equal vLLM's own non-streamed reply")
+        if mismatches:
+            raise SystemExit(1)
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    main()

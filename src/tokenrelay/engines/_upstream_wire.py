@@ -1,0 +1,259 @@
+"""The wire protocols of the engine servers tokenrelay relays from: request bodies out, stream events in.
+
+Sans-I/O, standard library only. ``request(protocol, prompt, params, model)`` gives the path and JSON body of
+one streamed generation; a reader per protocol turns each SSE event's data into an :class:`UpstreamChunk`:
+
+- ``openai``: vLLM's and tokenrelay's OpenAI servers with ``"return_token_ids": true``: ``choices[0].token_ids`` in every chunk are the new ids, ``prompt_token_ids`` arrive in
+  the first chunk (top level for chat, in the choice for text completions), ``data: [DONE]`` ends.
+- ``sglang``: SGLang's native ``POST /generate`` with ``"stream": true``: each event has ``output_ids`` and
+  ``meta_info`` (``completion_tokens``, ``prompt_tokens``, ``finish_reason`` ``{"type": ...}``). The ids are
+  cumulative (the whole reply so far) unless the server runs with ``--incremental-streaming-output``, when
+  they are the new ones; the reader tells which from ``meta_info.completion_tokens``.
+- ``tgi``: Text Generation Inference's ``POST /generate_stream``: one event per token, ``token.id``; the last
+  event also has ``details.finish_reason`` (``length``, ``eos_token``, ``stop_sequence``).
+- ``llamacpp``: llama.cpp's server. Its streamed ``tokens`` field drops the ids of tokens that end inside a
+  UTF-8 character (a 3-token emoji arrives as one chunk with only its last id), so ids from it cannot be
+  detokenized exactly: the reader relays its text deltas instead (``choices[0].delta.content`` / ``text``) and
+  tokenrelay applies its own stop strings and framing to them.
+
+Every reader raises the :class:`TokenRelayError` an in-stream error stands for, and :class:`ProtocolError` for
+a chunk that is not what the protocol says.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from tokenrelay._errors import ProtocolError
+from tokenrelay._openai import error_from_body
+
+__all__ = ["PROTOCOLS", "Protocol", "UpstreamChunk", "reader_for", "request"]
+
+Protocol: TypeAlias = Literal["openai", "sglang", "tgi", "llamacpp"]
+PROTOCOLS: tuple[Protocol, ...] = ("openai", "sglang", "tgi", "llamacpp")
+
+# Only what reaches the wire from tokenrelay's SamplingParams and Prompt: the same fields as engines.base,
+# spelled as plain values so this module needs nothing but the standard library.
+Messages: TypeAlias = "list[dict[str, str]]"
+
+
+@dataclass(frozen=True)
+class UpstreamChunk:
+    """What one upstream event adds: new token ids (or, for a text protocol, new text), and the end."""
+
+    token_ids: tuple[int, ...] = ()
+    text: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    done: bool = False  # the stream said it is complete (``[DONE]`` or a final event)
+
+
+def request(
+    protocol: Protocol,
+    prompt: str | Messages,
+    *,
+    model: str | None,
+    max_tokens: int | None,
+    temperature: float,
+    top_p: float,
+    seed: int | None,
+) -> tuple[str, dict[str, Any]]:
+    """The path and JSON body of one streamed generation. Stop strings are never sent: tokenrelay applies
+    them itself, on its own text."""
+    chat = not isinstance(prompt, str)
+    if protocol in ("openai", "llamacpp"):
+        body: dict[str, Any] = {"stream": True, "temperature": temperature, "top_p": top_p}
+        if model:
+            body["model"] = model
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if seed is not None:
+            body["seed"] = seed
+        if protocol == "openai":
+            body["return_token_ids"] = True
+            body["stream_options"] = {"include_usage": True}
+        if chat:
+            body["messages"] = prompt
+            return "/v1/chat/completions", body
+        body["prompt"] = prompt
+        return "/v1/completions", body
+    if chat:  # /generate and /generate_stream take text: a chat template would have to be applied here
+        raise ValueError(f"the {protocol} protocol takes text prompts only")
+    if protocol == "sglang":
+        sampling: dict[str, Any] = {"temperature": temperature, "top_p": top_p}
+        if max_tokens is not None:
+            sampling["max_new_tokens"] = max_tokens
+        if seed is not None:
+            sampling["sampling_seed"] = seed
+        return "/generate", {"text": prompt, "sampling_params": sampling, "stream": True}
+    # TGI: temperature must be > 0 and top_p < 1 when sent; greedy is do_sample=false.
+    parameters: dict[str, Any] = {"details": True, "do_sample": temperature > 0}
+    if temperature > 0:
+        parameters["temperature"] = temperature
+    if top_p < 1.0:
+        parameters["top_p"] = top_p
+    if max_tokens is not None:
+        parameters["max_new_tokens"] = max_tokens
+    if seed is not None:
+        parameters["seed"] = seed
+    return "/generate_stream", {"inputs": prompt, "parameters": parameters}
+
+
+def _object(data: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(data)
+    except ValueError as exc:
+        raise ProtocolError(f"upstream chunk is not JSON: {data[:200]!r}") from exc
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"upstream chunk is not a JSON object: {data[:200]!r}")
+    if obj.get("error") is not None:
+        raise error_from_body(200, data.encode())
+    return obj
+
+
+def _ids(value: object, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(type(i) is int for i in value):
+        raise ProtocolError(f"upstream {where} is not a list of token ids: {value!r:.200}")
+    return tuple(value)
+
+
+class OpenAITokenReader:
+    """``return_token_ids`` streams: vLLM, tokenrelay."""
+
+    text_protocol = False
+
+    def feed(self, data: str) -> UpstreamChunk:
+        if data == "[DONE]":
+            return UpstreamChunk(done=True)
+        obj = _object(data)
+        choices = obj.get("choices") or []
+        prompt_ids = obj.get("prompt_token_ids")
+        usage = obj.get("usage")
+        prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if not choices:  # the include_usage chunk
+            return UpstreamChunk(prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None)
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise ProtocolError(f"upstream choice is not an object: {choice!r:.200}")
+        prompt_ids = choice.get("prompt_token_ids", prompt_ids)
+        token_ids = choice.get("token_ids")
+        if token_ids is None:
+            delta = choice.get("delta")
+            # A chunk with no ids is fine only when it adds nothing (a role chunk, an empty finish chunk).
+            added = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if added:
+                raise ProtocolError(
+                    "upstream sent text without token_ids: it does not honour return_token_ids "
+                    "(use --upstream-protocol llamacpp for a server that cannot send ids)"
+                )
+            token_ids = []
+        finish = choice.get("finish_reason")
+        return UpstreamChunk(
+            token_ids=_ids(token_ids, "token_ids"),
+            finish_reason=finish if isinstance(finish, str) else None,
+            prompt_tokens=len(prompt_ids) if isinstance(prompt_ids, list) else None,
+        )
+
+
+class SGLangReader:
+    """SGLang's native ``/generate`` stream, cumulative or incremental ``output_ids``."""
+
+    text_protocol = False
+
+    def __init__(self) -> None:
+        self._seen = 0  # ids of the reply passed on so far
+
+    def feed(self, data: str) -> UpstreamChunk:
+        if data == "[DONE]":
+            return UpstreamChunk(done=True)
+        obj = _object(data)
+        ids = _ids(obj.get("output_ids"), "output_ids")
+        raw_meta = obj.get("meta_info")
+        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+        total = meta.get("completion_tokens")
+        # Cumulative (the whole reply so far) or --incremental-streaming-output (only the new ids): the count
+        # says which; the two agree while nothing was seen.
+        cumulative = total == len(ids) and len(ids) >= self._seen
+        new = ids[self._seen :] if cumulative else ids
+        self._seen += len(new)
+        finish = meta.get("finish_reason")
+        reason = None
+        if isinstance(finish, dict):
+            kind = finish.get("type")
+            reason = "length" if kind == "length" else "stop" if isinstance(kind, str) else None
+        prompt_tokens = meta.get("prompt_tokens")
+        return UpstreamChunk(
+            token_ids=new,
+            finish_reason=reason,
+            prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
+        )
+
+
+class TGIReader:
+    """Text Generation Inference's ``/generate_stream``: one ``token`` per event."""
+
+    text_protocol = False
+
+    def feed(self, data: str) -> UpstreamChunk:
+        if data == "[DONE]":
+            return UpstreamChunk(done=True)
+        obj = _object(data)
+        token = obj.get("token")
+        if not isinstance(token, dict) or type(token.get("id")) is not int:
+            raise ProtocolError(f"upstream TGI event has no token id: {data[:200]!r}")
+        details = obj.get("details")
+        reason = None
+        prompt_tokens = None
+        if isinstance(details, dict):
+            raw = details.get("finish_reason")
+            reason = "length" if raw == "length" else "stop" if isinstance(raw, str) else None
+            length = details.get("input_length")
+            prompt_tokens = length if isinstance(length, int) else None
+        return UpstreamChunk(
+            token_ids=(token["id"],),
+            finish_reason=reason,
+            prompt_tokens=prompt_tokens,
+            done=reason is not None,
+        )
+
+
+class LlamaCppTextReader:
+    """llama.cpp's server: its text deltas (its ids are incomplete, see the module docstring)."""
+
+    text_protocol = True
+
+    def feed(self, data: str) -> UpstreamChunk:
+        if data == "[DONE]":
+            return UpstreamChunk(done=True)
+        obj = _object(data)
+        usage = obj.get("usage")
+        prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        choices = obj.get("choices") or []
+        if not choices:
+            return UpstreamChunk(prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None)
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise ProtocolError(f"upstream choice is not an object: {choice!r:.200}")
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        finish = choice.get("finish_reason")
+        return UpstreamChunk(
+            text=text if isinstance(text, str) else "",
+            finish_reason=finish if isinstance(finish, str) else None,
+        )
+
+
+Reader: TypeAlias = OpenAITokenReader | SGLangReader | TGIReader | LlamaCppTextReader
+
+
+def reader_for(protocol: Protocol) -> Reader:
+    """A fresh reader for one stream."""
+    if protocol == "openai":
+        return OpenAITokenReader()
+    if protocol == "sglang":
+        return SGLangReader()
+    if protocol == "tgi":
+        return TGIReader()
+    return LlamaCppTextReader()

@@ -1,0 +1,321 @@
+"""The upstream engine: token ids relayed from running engine servers (vLLM, SGLang, TGI, tokenrelay, …).
+
+``UpstreamEngine(urls, tokenizer, protocol=...)`` implements the ``Engine`` protocol over HTTP: each
+generation is one streamed request to one replica, asking for token ids (``_upstream_wire`` has the
+protocols), and the ids go through tokenrelay's own detokenizer, stop matcher and wire like any engine's.
+llama.cpp's server is the exception: its ids are incomplete, so its text deltas are relayed (``TextStep``).
+
+Replicas (every URL serves the same model):
+
+- routing: each request goes to the healthy replica with the fewest generations in flight (ties rotate);
+- health: ``GET /health`` every ``health_interval`` seconds; a replica that refuses a connection, times out
+  or answers 5xx is marked down at once, and the health check brings it back;
+- retries: a request that fails before its first token is retried on another replica (each replica at most
+  once); once a token was relayed it is never retried, since the client already has part of a reply;
+- cancellation: closing the generator (the client left) closes the upstream response, and so its connection,
+  which is how every one of these servers learns to abort the request;
+- errors: an upstream 4xx becomes the same OpenAI-shaped error (the client sent something the engine
+  refuses), a failure of every replica becomes ``EngineError`` (500) naming the last cause;
+- metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
+  (``metrics_collector()`` is a Prometheus collector the server registers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import httpx
+
+from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenRelayError
+from tokenrelay._openai import error_from_body
+from tokenrelay._protocols import Tokenizer
+from tokenrelay._sse import SSEParser
+from tokenrelay.engines._upstream_wire import PROTOCOLS, Protocol, reader_for, request
+from tokenrelay.engines.base import Prompt, PromptTokens, SamplingParams, Step, TextStep, render_plain_chat
+
+__all__ = ["Replica", "UpstreamEngine", "discover_model"]
+
+
+@dataclass(eq=False)
+class Replica:
+    """One upstream server and what happened on it."""
+
+    url: str
+    healthy: bool = True
+    active: int = 0
+    requests: int = 0
+    failures: int = 0
+    retried_away: int = 0
+    tokens: int = 0
+    cancelled: int = 0
+    last_error: str = ""
+    ttft: list[float] = field(default_factory=list, repr=False)
+
+    def down(self, reason: str) -> None:
+        self.healthy = False
+        self.failures += 1
+        self.last_error = reason
+
+
+class _Retry(Exception):
+    """This replica failed before the first token; another may be tried."""
+
+
+def _base(url: str) -> str:
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def discover_model(url: str, *, timeout: float = 10.0, api_key: str | None = None) -> str:
+    """The model an OpenAI-compatible server serves (the first of ``GET /v1/models``)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(_base(url) + "/v1/models", timeout=timeout, headers=headers)
+        response.raise_for_status()
+        return str(response.json()["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ConfigError(f"could not read the model from {url}/v1/models ({exc}); pass --model") from exc
+
+
+class UpstreamEngine:
+    """Relays generations from ``urls`` (replicas of one model); see the module docstring."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        tokenizer: Tokenizer,
+        *,
+        model: str | None = None,
+        protocol: Protocol = "openai",
+        api_key: str | None = None,
+        health_interval: float = 5.0,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 300.0,
+        stop_token_ids: frozenset[int] | None = None,
+        stranded: Literal["replace", "discard"] = "discard",
+    ) -> None:
+        if not urls:
+            raise ConfigError("the upstream engine needs at least one --upstream URL")
+        if protocol not in PROTOCOLS:
+            raise ConfigError(f"unknown upstream protocol {protocol!r}: one of {', '.join(PROTOCOLS)}")
+        self.replicas = [Replica(_base(u)) for u in urls]
+        self._tokenizer = tokenizer
+        self._upstream_model = model
+        self._model = model or "upstream"
+        self.protocol: Protocol = protocol
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._health_interval = health_interval
+        self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self._stop_ids = stop_token_ids if stop_token_ids is not None else tokenizer.eos_token_ids
+        self._client: httpx.AsyncClient | None = None
+        self._health_task: asyncio.Task[None] | None = None
+        self._turn = itertools.count()
+        # vLLM, SGLang and TGI never emit the bytes of a character a reply was cut inside; nor, by default, do we.
+        self.stranded = stranded
+
+    # -- the Engine protocol ----------------------------------------------------------------------------
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    @property
+    def stop_token_ids(self) -> frozenset[int]:
+        return self._stop_ids
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        # The replica applies the chat template; here the ids only give the detokenizer its context (a reply
+        # continues a prompt) and count usage. A text prompt is exact; a chat prompt is counted as plain turns.
+        return self._tokenizer.encode(render_plain_chat(prompt))
+
+    async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+        try:
+            path, body = request(
+                self.protocol,
+                prompt if isinstance(prompt, str) else [dict(m) for m in prompt],
+                model=self._upstream_model,
+                max_tokens=params.max_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                seed=params.seed,
+            )
+        except ValueError as exc:
+            raise InvalidRequestError(f"{exc}; send /v1/completions", param="messages") from exc
+        client = self._ensure_started()
+        tried: set[Replica] = set()
+        last = "no replica"
+        while True:
+            replica = self._pick(tried)
+            if replica is None:
+                raise EngineError(f"every upstream replica failed ({len(tried)} tried); last: {last}")
+            tried.add(replica)
+            relayed = False
+            try:
+                async with contextlib.aclosing(self._stream(client, replica, path, body)) as steps:
+                    async for step in steps:
+                        relayed = relayed or not isinstance(step, PromptTokens)
+                        yield step
+                return
+            except InvalidRequestError:
+                raise  # the engine refuses the request itself: every replica would
+            except (httpx.HTTPError, TokenRelayError, _Retry) as exc:
+                reason = str(exc) or type(exc).__name__
+                if not isinstance(exc, _Retry):
+                    replica.down(reason)
+                if relayed:  # part of the reply is out: a retry would send a different one
+                    raise EngineError(f"upstream {replica.url} failed mid-stream: {reason}") from exc
+                last = f"{replica.url}: {reason}"
+                replica.retried_away += 1
+
+    async def _stream(
+        self, client: httpx.AsyncClient, replica: Replica, path: str, body: dict[str, object]
+    ) -> AsyncGenerator[Step, None]:
+        replica.active += 1
+        replica.requests += 1
+        started = time.perf_counter()
+        first = True
+        prompt_told = False
+        ended = False  # the upstream said the reply is over (a finish reason or [DONE])
+        try:
+            async with client.stream(
+                "POST", replica.url + path, json=body, headers=self._headers
+            ) as response:
+                if response.status_code != 200:
+                    raw = await response.aread()
+                    error = error_from_body(response.status_code, raw, reason=response.reason_phrase)
+                    if response.status_code >= 500:
+                        replica.down(error.message)
+                    if response.status_code >= 500 or response.status_code == 429:
+                        raise _Retry(error.message)
+                    raise error
+                replica.healthy = True  # it answers: whatever a health check said, it is up
+                reader = reader_for(self.protocol)
+                parser = SSEParser()
+                chunks = response.aiter_bytes()
+                try:
+                    async for data in chunks:
+                        for event in parser.feed(data):
+                            chunk = reader.feed(event.data)
+                            if chunk.finish_reason is not None or chunk.done:
+                                ended = True
+                            if chunk.prompt_tokens is not None and not prompt_told:
+                                prompt_told = True  # the replica's own count (its chat template, its BOS)
+                                yield PromptTokens(chunk.prompt_tokens)
+                            if chunk.token_ids or chunk.text:
+                                if first:
+                                    replica.ttft.append(time.perf_counter() - started)
+                                    first = False
+                                replica.tokens += len(chunk.token_ids) or 1
+                                yield TextStep(chunk.text) if reader.text_protocol else chunk.token_ids
+                            if chunk.done:
+                                return
+                except (GeneratorExit, asyncio.CancelledError):
+                    if not ended:
+                        replica.cancelled += 1  # the client left: leaving this block closes the request
+                    else:  # finished: read the usage and [DONE] so the connection can be reused
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(_drain(chunks), 1.0)
+                    raise
+                if not ended:
+                    raise EngineError(f"upstream {replica.url} ended the stream before the reply finished")
+        finally:
+            replica.active -= 1
+
+    # -- replicas ---------------------------------------------------------------------------------------
+
+    def _pick(self, tried: set[Replica]) -> Replica | None:
+        candidates = [r for r in self.replicas if r not in tried]
+        healthy = [r for r in candidates if r.healthy] or candidates  # all down: try them anyway
+        if not healthy:
+            return None
+        turn = next(self._turn)
+        n = len(self.replicas)
+        # Least in flight; ties broken by a rotating start, so equal replicas share the load.
+        return min(healthy, key=lambda r: (r.active, (self.replicas.index(r) - turn) % n))
+
+    def _ensure_started(self) -> httpx.AsyncClient:
+        if self._client is None:
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+            self._client = httpx.AsyncClient(timeout=self._timeout, limits=limits)
+        if self._health_task is None and self._health_interval > 0:
+            self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
+        return self._client
+
+    async def check_health(self) -> None:
+        """Probe every replica once (``GET /health``) and mark it up or down."""
+        client = self._ensure_started()
+
+        async def probe(replica: Replica) -> None:
+            try:
+                response = await client.get(replica.url + "/health", headers=self._headers, timeout=5.0)
+            except httpx.HTTPError as exc:
+                replica.healthy, replica.last_error = False, f"health: {type(exc).__name__}"
+                return
+            replica.healthy = response.status_code == 200
+            if not replica.healthy:
+                replica.last_error = f"health: HTTP {response.status_code}"
+
+        await asyncio.gather(*(probe(r) for r in self.replicas))
+
+    async def _health_loop(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await self.check_health()
+            await asyncio.sleep(self._health_interval)
+
+    def metrics_collector(self) -> _ReplicaCollector:
+        """A Prometheus collector of the per-replica numbers (the server registers it on its registry)."""
+        return _ReplicaCollector(self.replicas)
+
+    async def aclose(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._health_task
+            self._health_task = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    async for _ in chunks:
+        pass
+
+
+class _ReplicaCollector:
+    def __init__(self, replicas: list[Replica]) -> None:
+        self._replicas = replicas
+
+    def collect(self) -> Iterator[object]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        counters = {
+            "requests": "Requests sent to the replica",
+            "failures": "Requests or health checks that failed on the replica",
+            "retried_away": "Requests moved to another replica after failing here before a token",
+            "tokens": "Token ids relayed from the replica",
+            "cancelled": "Requests on the replica closed because the client left",
+        }
+        for name, doc in counters.items():
+            family = CounterMetricFamily(f"tokenrelay_upstream_{name}", doc, labels=["replica"])
+            for r in self._replicas:
+                family.add_metric([r.url], getattr(r, name))
+            yield family
+        active = GaugeMetricFamily("tokenrelay_upstream_active", "Requests in flight", labels=["replica"])
+        up = GaugeMetricFamily("tokenrelay_upstream_up", "1 if the replica is healthy", labels=["replica"])
+        for r in self._replicas:
+            active.add_metric([r.url], r.active)
+            up.add_metric([r.url], 1 if r.healthy else 0)
+        yield active
+        yield up

