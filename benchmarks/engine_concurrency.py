@@ -90,7 +90,6 @@ def running(argv: list[str], port: int, ready_path: str) -> Iterator[str]:
 
 async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, tokens: int) -> tuple[float, int]:
     body = {
-        "model": "smollm2",
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": tokens,
         "temperature": 0,
@@ -296,6 +295,24 @@ def main() -> None:
     if 1 in levels:
         print(
             f"\n1 stream: tokenrelay / llama-cpp-python alone = {best('tokenrelay', 1)['tok_s'] / alone:.2f}×"
+        )
+
+    print("\nPrefill stall: a stream is running when a long prompt arrives (tokenrelay --prefill-chunk N)")
+    print(
+        f"{'chunk':>6} | {'prompt':>6} | {'gap p50 before':>14} | {'longest gap during':>18} | long prompt answered"
+    )
+    for chunk in [int(x) for x in args.stall_chunks.split(",") if x]:
+        port = free_port()
+        argv = [
+            sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--parallel", str(parallel),
+            "--threads", str(args.threads), "--prefill-chunk", str(chunk), "--log-level", "warning",
+        ]  # fmt: skip
+        with running(argv, port, "/health") as url:
+            runs = [asyncio.run(stall(url, args.stall_words)) for _ in range(args.rounds)]
+        r = min(runs, key=lambda x: x["max_gap"])
+        print(
+            f"{chunk:>6} | {r['prompt_tokens']:>6.0f} | {r['median_gap'] * 1e3:>12.1f}ms | "
+            f"{r['max_gap'] * 1e3:>16.1f}ms | {r['long_prompt_s'] * 1e3:.0f} ms"
         )
 
 

@@ -104,7 +104,9 @@ def test_llamacpp_generate_matches_llama_cpp_python(capsysbinary: pytest.Capture
     status, out, err = run(capsysbinary, "What is 2+2?", "--max-tokens", "16", "--temperature", "0")
     assert status == 0
     assert "loading model SmolLM2-135M-Instruct.Q4_1.gguf (" in err and "loaded SmolLM2" in err
-    llama = llama_cpp.Llama(model_path=str(resolve_model_path("smollm2")), n_ctx=512, verbose=False)
+    llama = llama_cpp.Llama(
+        model_path=str(resolve_model_path("smollm2")), n_ctx=512, flash_attn=True, verbose=False
+    )
     try:
         ref = llama.create_chat_completion(
             messages=[{"role": "user", "content": "What is 2+2?"}],

@@ -89,7 +89,9 @@ def test_chat_with_the_real_smollm2_model_sends_the_history() -> None:
         input="\n".join(turns).encode() + b"\n", timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr.decode()
-    llama = llama_cpp.Llama(model_path=str(resolve_model_path("smollm2")), n_ctx=2048, verbose=False)
+    llama = llama_cpp.Llama(
+        model_path=str(resolve_model_path("smollm2")), n_ctx=2048, flash_attn=True, verbose=False
+    )
     try:
         messages: list[dict[str, str]] = []
         expected = ""

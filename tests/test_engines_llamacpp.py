@@ -31,7 +31,7 @@ def engine() -> Iterator[LlamaCppEngine]:
 @pytest.fixture(scope="module")
 def oracle() -> Iterator[Llama]:
     """llama-cpp-python's own high-level model on the same GGUF: the reference the engine is checked against."""
-    llama = Llama(model_path=str(resolve_model_path("smollm2")), n_ctx=512, verbose=False)
+    llama = Llama(model_path=str(resolve_model_path("smollm2")), n_ctx=512, flash_attn=True, verbose=False)
     yield llama
     llama.close()
 

@@ -25,7 +25,7 @@ __all__ = ["DEFAULT_PARALLEL", "DEFAULT_PREFILL_CHUNK", "BatchEntry", "Slot", "p
 
 DEFAULT_PARALLEL = 8
 """Requests decoded together: 8 sequences × 2,048 tokens is a ~380 MB KV cache for SmolLM2."""
-DEFAULT_PREFILL_CHUNK = 256
+DEFAULT_PREFILL_CHUNK = 128
 """Prompt tokens per step: a new prompt stalls the running streams for at most one such chunk's compute."""
 
 
