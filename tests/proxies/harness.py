@@ -2,8 +2,8 @@
 
 Each context manager writes its ``*.in`` template with the case's directives into a temporary directory,
 starts the proxy in the foreground on a free loopback port in front of ``127.0.0.1:upstream_port``, waits
-until it listens and yields its base URL; the process is terminated at the end. As with nginx
-(``tests/nginx/harness.py``), a port taken by someone else between choosing and binding is retried.
+until it listens and yields its base URL; the process is terminated at the end. A port taken by
+someone else between choosing and binding is retried. ``tests/nginx/harness.py`` starts nginx the same way.
 
 ``binary(name)`` is the proxy's path, or None when it is not installed (the tests skip, saying which Debian
 package to install; CI installs them all through the Makefile's SYSTEM_PACKAGES).
@@ -17,11 +17,11 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["HERE", "apache_proxy", "binary", "caddy_proxy", "haproxy_proxy", "varnish_proxy"]
+__all__ = ["HERE", "apache_proxy", "binary", "caddy_proxy", "fill", "haproxy_proxy", "run_proxy", "varnish_proxy"]
 
 HERE = Path(__file__).resolve().parent
 _SEARCH = "/usr/sbin:/usr/local/sbin:/usr/bin:/usr/local/bin"
@@ -50,17 +50,24 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float)
     return False
 
 
-def _fill(template: str, values: dict[str, str]) -> str:
-    text = (HERE / template).read_text()
+def fill(template: Path, values: dict[str, str]) -> str:
+    """The text of ``template`` with each ``@KEY@`` replaced by ``values[KEY]``."""
+    text = template.read_text()
     for key, value in values.items():
         text = text.replace(f"@{key}@", value)
     return text
 
 
+Start = Callable[[str, int], tuple[list[str], dict[str, str]]]
+
+
 @contextmanager
-def _run(name: str, start: object, *, timeout: float = 15.0) -> Iterator[str]:
-    """Start a proxy with ``start(prefix, port) -> (argv, env)`` until it listens; yield its base URL."""
-    assert callable(start)
+def run_proxy(name: str, start: Start, *, timeout: float = 15.0) -> Iterator[str]:
+    """Start a proxy with ``start(prefix, port) -> (argv, env)`` until it listens; yield its base URL.
+
+    ``prefix`` is a fresh temporary directory for its files; whatever it writes to ``*.log`` there is shown
+    when it does not start.
+    """
     with tempfile.TemporaryDirectory(prefix=f"tokenrelay-{name}-") as prefix:
         os.chmod(prefix, 0o755)  # Apache's and Varnish's unprivileged children read their files here
         log = Path(prefix) / "output.log"
@@ -102,10 +109,10 @@ def apache_proxy(upstream_port: int, case: str) -> Iterator[str]:
             "USER": user,
             "CASE": case,
         }
-        (Path(prefix) / "httpd.conf").write_text(_fill("apache.conf.in", values))
+        (Path(prefix) / "httpd.conf").write_text(fill(HERE / "apache.conf.in", values))
         return [exe, "-d", prefix, "-f", f"{prefix}/httpd.conf", "-DFOREGROUND"], {}
 
-    with _run("apache", start) as url:
+    with run_proxy("apache", start) as url:
         yield url
 
 
@@ -118,10 +125,10 @@ def haproxy_proxy(upstream_port: int, case: str) -> Iterator[str]:
     def start(prefix: str, port: int) -> tuple[list[str], dict[str, str]]:
         lines = "\n".join("    " + line for line in case.splitlines())
         values = {"PORT": str(port), "UPSTREAM": str(upstream_port), "CASE": lines}
-        (Path(prefix) / "haproxy.cfg").write_text(_fill("haproxy.cfg.in", values))
+        (Path(prefix) / "haproxy.cfg").write_text(fill(HERE / "haproxy.cfg.in", values))
         return [exe, "-f", f"{prefix}/haproxy.cfg", "-db"], {}
 
-    with _run("haproxy", start) as url:
+    with run_proxy("haproxy", start) as url:
         yield url
 
 
@@ -134,11 +141,11 @@ def caddy_proxy(upstream_port: int, case: str) -> Iterator[str]:
     def start(prefix: str, port: int) -> tuple[list[str], dict[str, str]]:
         site = case.replace("{upstream}", f"127.0.0.1:{upstream_port}")
         values = {"PORT": str(port), "CASE": "\n".join("\t" + line for line in site.splitlines())}
-        (Path(prefix) / "Caddyfile").write_text(_fill("Caddyfile.in", values))
+        (Path(prefix) / "Caddyfile").write_text(fill(HERE / "Caddyfile.in", values))
         env = {"HOME": prefix, "XDG_DATA_HOME": f"{prefix}/data", "XDG_CONFIG_HOME": f"{prefix}/config"}
         return [exe, "run", "--config", f"{prefix}/Caddyfile", "--adapter", "caddyfile"], env
 
-    with _run("caddy", start) as url:
+    with run_proxy("caddy", start) as url:
         yield url
 
 
@@ -153,11 +160,11 @@ def varnish_proxy(upstream_port: int, case: str) -> Iterator[str]:
             "UPSTREAM": str(upstream_port),
             "CASE": "\n".join("    " + line for line in case.splitlines()),
         }
-        (Path(prefix) / "varnish.vcl").write_text(_fill("varnish.vcl.in", values))
+        (Path(prefix) / "varnish.vcl").write_text(fill(HERE / "varnish.vcl.in", values))
         workdir = f"{prefix}/work"
         argv = [exe, "-F", "-j", "none", "-n", workdir, "-a", f"127.0.0.1:{port}"]
         argv += ["-f", f"{prefix}/varnish.vcl", "-s", "malloc,16m", "-T", "none"]
         return argv, {}
 
-    with _run("varnish", start, timeout=30.0) as url:
+    with run_proxy("varnish", start, timeout=30.0) as url:
         yield url
