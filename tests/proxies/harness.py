@@ -21,7 +21,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["HERE", "apache_proxy", "binary", "caddy_proxy", "fill", "haproxy_proxy", "run_proxy", "varnish_proxy"]
+__all__ = [
+    "HERE",
+    "apache_proxy",
+    "binary",
+    "caddy_proxy",
+    "fill",
+    "haproxy_proxy",
+    "run_proxy",
+    "varnish_proxy",
+]
 
 HERE = Path(__file__).resolve().parent
 _SEARCH = "/usr/sbin:/usr/local/sbin:/usr/bin:/usr/local/bin"
