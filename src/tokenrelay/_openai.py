@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from json.encoder import encode_basestring  # the C string quoter json.dumps(ensure_ascii=False) uses
 
 from ._errors import (
@@ -35,13 +34,13 @@ from ._errors import (
     TokenRelayError,
 )
 from ._sse import ServerSentEvent
+from ._stream import Usage
 
 __all__ = [
     "DONE",
     "ChatChunkWriter",
     "ChatStreamDecoder",
     "TextChunkWriter",
-    "Usage",
     "chat_completion",
     "error_event",
     "error_from_body",
@@ -56,23 +55,6 @@ DONE = b"data: [DONE]\n\n"
 def json_bytes(obj: object) -> bytes:
     """Compact UTF-8 JSON, non-ASCII kept as is (what Starlette's JSONResponse writes too)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def to_openai(self) -> dict[str, int]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.total_tokens,
-        }
 
 
 class _ChunkWriter:

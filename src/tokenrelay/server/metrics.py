@@ -23,6 +23,8 @@ from prometheus_client.metrics_core import Metric
 
 from tokenrelay import __version__
 
+from .generation import ENDPOINTS
+
 __all__ = ["CONTENT_TYPE", "ERROR_TYPES", "ServerMetrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -113,9 +115,9 @@ class ServerMetrics:
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
         self.requests_by_route = {
-            (endpoint, stream): self.requests.labels(endpoint, stream)
-            for endpoint in ("/v1/chat/completions", "/v1/completions")
-            for stream in ("true", "false")
+            (endpoint, stream): self.requests.labels(endpoint, "true" if stream else "false")
+            for endpoint in ENDPOINTS
+            for stream in (True, False)
         }
         for error_type in ERROR_TYPES:
             self.errors.labels(error_type)
