@@ -286,7 +286,10 @@ async def call(app: ASGIApp, body: bytes) -> int:
 
     scope = {
         "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},  # what uvicorn says (2.4 would spare Starlette its disconnect task)
+        "asgi": {
+            "version": "3.0",
+            "spec_version": "2.3",
+        },  # what uvicorn says (2.4 would spare Starlette its disconnect task)
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -113,7 +113,8 @@ class Run:
         self.gen = gen = prepared.gen
         self.prompt_ids = prepared.prompt_ids
         self.endpoint = endpoint
-        self.id = ("chatcmpl-" if gen.kind == "chat" else "cmpl-") + uuid.uuid4().hex
+        # 128 random bits in hex, as uuid4().hex reads (less the version digits), without building a UUID.
+        self.id = ("chatcmpl-" if gen.kind == "chat" else "cmpl-") + os.urandom(16).hex()
         self.created = int(time.time())
         self.started = time.perf_counter()
         self.first_at: float | None = None  # when the first delta left the engine's stream
@@ -161,9 +162,8 @@ class Run:
         try:
             self.asked_for_slot = True
             async with server.admission.slot():
-                prompt_ids = server.engine.prompt_ids(gen.prompt) if with_ids else None
-                if prompt_ids is not None:
-                    writer.prompt_token_ids(prompt_ids)
+                if with_ids:  # the ids intake tokenized, not a second encode
+                    writer.prompt_token_ids(self.prompt_ids)
                 if isinstance(writer, ChatChunkWriter):
                     yield writer.role()  # the first chunk carries the role, as soon as generation starts
                 async for event in self._stream():
@@ -218,7 +218,7 @@ class Run:
             **fields,
         )
         if gen.return_token_ids:  # vLLM's shapes: the prompt's ids at the top, the reply's in the choice
-            body["prompt_token_ids"] = self.server.engine.prompt_ids(gen.prompt)
+            body["prompt_token_ids"] = self.prompt_ids
             choices = body["choices"]
             assert isinstance(choices, list)
             choices[0]["token_ids"] = ids
