@@ -239,8 +239,7 @@ class Run:
         if ttft is not None:
             metrics.ttft.observe(ttft)
         if timings is not None:
-            for gap in timings.gaps:
-                metrics.inter_token.observe(gap)
+            metrics.inter_token.observe_many(timings.gaps)
         metrics.e2e.observe(end - self.started)
         if cancelled:
             metrics.cancellations.inc()
