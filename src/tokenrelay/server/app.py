@@ -1,9 +1,9 @@
-"""The OpenAI-compatible app: routes, errors, limits, metrics, and the glue from engine events to frames.
+"""The OpenAI-compatible app: configuration, routes, errors and shutdown.
 
 ``create_app(engine, config)`` returns a FastAPI app. A generation request goes: API key (for every costly
 path, ``intake.needs_key``) → body size and time limits → ``Intake.prepare`` (400s, the model's 404, the prompt's
-tokens, off the event loop when large) → admission (429) → a response that runs the engine through
-``stream_events`` (``TextStream``: detokenizer + stops) and the chunk writers of ``_openai``. Every error
+tokens, off the event loop when large) → admission (429) → a ``generation.Run`` whose response runs the engine
+through ``stream_events`` (``TextStream``: detokenizer + stops) and the chunk writers of ``_openai``. Every error
 becomes an OpenAI-shaped body ``{"error": {"message", "type", "param", "code"}}``; the server keeps serving.
 
 Shutdown (``drain``, called by ``server.run`` when SIGTERM or SIGINT arrives): new generations get a 503,
