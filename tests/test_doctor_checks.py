@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 import tokenrelay.doctor
+from tokenrelay._errors import TokenRelayError
+from tokenrelay._openai import ChatStreamDecoder
+from tokenrelay._sse import ServerSentEvent
 from tokenrelay.doctor._checks import (
     FIX_COMPRESSION,
     FIX_NAIVE_SPLIT,
@@ -259,6 +262,22 @@ def test_chunk_text_reads_only_chat_chunks() -> None:
     assert chunk_text('{"choices": [], "usage": {}}') == ""
     for not_a_chunk in ("nope", "[1]", '{"choices": 3}', '{"a": 1}'):
         assert chunk_text(not_a_chunk) is None
+
+
+def test_chunk_text_reads_the_shared_vectors_as_the_client_does() -> None:
+    vectors = json.loads((Path(__file__).parent / "vectors" / "chat_chunks.json").read_text("utf-8"))
+    for vector in vectors["vectors"]:
+        decoder = ChatStreamDecoder()
+        for data in vector["events"]:
+            before = decoder.not_chunks
+            try:
+                text = decoder.feed(ServerSentEvent(data=data))
+            except TokenRelayError:
+                break
+            if decoder.done:
+                break
+            was_chunk = decoder.not_chunks == before
+            assert chunk_text(data) == (text if was_chunk else None), (vector["name"], data)
 
 
 # -- renderings ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
@@ -242,6 +243,48 @@ def test_stream_decoder_is_unfinished_until_told() -> None:
 def test_stream_decoder_refuses_what_is_not_a_chunk(data: str, error: type[Exception]) -> None:
     with pytest.raises(error):
         ChatStreamDecoder().feed(ServerSentEvent(data=data))
+
+
+# Shared with web/chat.js's ChunkReader (tests/web/chat.test.js): one set of rules for reading chunks.
+CHUNK_VECTORS = json.loads((Path(__file__).parent / "vectors" / "chat_chunks.json").read_text("utf-8"))[
+    "vectors"
+]
+
+
+def read_vector(data: list[str]) -> dict[str, object]:
+    """Feed one vector's events to a decoder, up to the first error; what it read, in the vector's terms."""
+    decoder = ChatStreamDecoder()
+    deltas: list[str] = []
+    error = None
+    for item in data:
+        try:
+            text = decoder.feed(ServerSentEvent(data=item))
+        except ProtocolError:
+            error = "protocol"
+            break
+        except TokenRelayError:
+            error = "server"
+            break
+        if text:
+            deltas.append(text)
+    usage = decoder.usage
+    return {
+        "deltas": deltas,
+        "finish_reason": decoder.finish_reason,
+        "usage": None
+        if usage is None
+        else {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
+        "finished": decoder.finished,
+        "error": error,
+        "not_chunks": decoder.not_chunks,
+    }
+
+
+@pytest.mark.parametrize("vector", CHUNK_VECTORS, ids=[v["name"] for v in CHUNK_VECTORS])
+def test_stream_decoder_on_the_shared_chunk_vectors(vector: dict[str, object]) -> None:
+    data = vector["events"]
+    assert isinstance(data, list)
+    assert read_vector(data) == {k: v for k, v in vector.items() if k not in ("name", "events")}
 
 
 # -- the official SDK against a real server streaming our frames ------------------------------------------

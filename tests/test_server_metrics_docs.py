@@ -86,3 +86,25 @@ def test_docs_page_is_not_blank_in_chromium() -> None:
         ).stdout  # fmt: skip
     body = re.sub(r"<script.*?</script>|<[^>]+>", " ", dom.partition("<body>")[2], flags=re.S)  # shown text
     assert "/v1/chat/completions" in body and "OpenAI-compatible endpoints" in body
+
+
+def test_gaps_counted_at_once_expose_as_prometheus_client_would() -> None:
+    """The inter-token histogram takes a reply's gaps in one call; its series equal a Histogram's, bucket
+    edges included (a gap equal to a bound counts in that bound's bucket)."""
+    from random import Random
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from tokenrelay.server.metrics import _GAPS, _ManyAtOnce, _WithoutCreated
+
+    rng = Random(7)
+    values = [*_GAPS, 0.0, 99.0, *(rng.expovariate(20) for _ in range(300))]
+    reference = CollectorRegistry()
+    histogram = Histogram("t_seconds", "gaps", ["model"], buckets=_GAPS, registry=reference).labels("m")
+    for value in values:
+        histogram.observe(value)
+    ours = CollectorRegistry()
+    many = _ManyAtOnce("t_seconds", "gaps", "m", _GAPS, ours)
+    many.observe_many(values[:100])
+    many.observe_many(values[100:])
+    assert generate_latest(_WithoutCreated(ours)) == generate_latest(_WithoutCreated(reference))

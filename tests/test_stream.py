@@ -14,9 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenrelay._openai import Usage
 from tokenrelay._protocols import Tokenizer
-from tokenrelay._stream import Finished, TextDelta, TextStream, Timings, percentile
+from tokenrelay._stream import Finished, TextDelta, TextStream, Timings, Usage, percentile
 from tokenrelay.tokenizers import load_tokenizer
 
 CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_bytes().decode("utf-8")

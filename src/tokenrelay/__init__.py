@@ -24,7 +24,6 @@ from ._openai import (
     ChatChunkWriter,
     ChatStreamDecoder,
     TextChunkWriter,
-    Usage,
     chat_completion,
     error_event,
     text_completion,
@@ -32,7 +31,7 @@ from ._openai import (
 from ._protocols import ByteTable, Tokenizer
 from ._sse import ServerSentEvent, SSEParser, encode_event
 from ._stops import StopMatcher
-from ._stream import Event, Finished, FinishReason, TextDelta, TextStream, Timings
+from ._stream import Event, Finished, FinishReason, TextDelta, TextStream, Timings, Usage
 from .tokenizers import load_tokenizer
 
 __version__ = "0.1.0"

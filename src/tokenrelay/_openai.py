@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from json.encoder import encode_basestring  # the C string quoter json.dumps(ensure_ascii=False) uses
+from typing import TypeGuard
 
 from ._errors import (
     AuthenticationError,
@@ -35,14 +35,15 @@ from ._errors import (
     TokenRelayError,
 )
 from ._sse import ServerSentEvent
+from ._stream import Usage
 
 __all__ = [
     "DONE",
     "ChatChunkWriter",
     "ChatStreamDecoder",
     "TextChunkWriter",
-    "Usage",
     "chat_completion",
+    "choice_content",
     "error_event",
     "error_from_body",
     "json_bytes",
@@ -56,23 +57,6 @@ DONE = b"data: [DONE]\n\n"
 def json_bytes(obj: object) -> bytes:
     """Compact UTF-8 JSON, non-ASCII kept as is (what Starlette's JSONResponse writes too)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def to_openai(self) -> dict[str, int]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.total_tokens,
-        }
 
 
 class _ChunkWriter:
@@ -333,15 +317,42 @@ def error_from_body(status_code: int, body: bytes, *, reason: str = "") -> Token
     return exc
 
 
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON's true is not a number
+
+
+def choice_content(chunk: dict[str, object]) -> tuple[str, str | None] | None:
+    """The text and ``finish_reason`` that a parsed chunk's choice 0 carries; ``None`` for an object that is
+    not a chunk (no ``choices`` list).
+
+    The one reading of a chunk's choices (the client's decoder and the doctor both use it; ``web/chat.js``
+    follows the same rules, checked on the shared ``tests/vectors/chat_chunks.json``): the choice whose
+    ``index`` is 0 (a missing index is 0), its ``delta.content`` (chat) or ``text`` (legacy completions) when
+    it is a string, and its ``finish_reason`` when it is a string; an empty list (the usage chunk) adds "".
+    """
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return None
+    for choice in choices:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:  # tokenrelay streams one choice
+            delta = choice.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            reason = choice.get("finish_reason")
+            return (piece if isinstance(piece, str) else ""), (reason if isinstance(reason, str) else None)
+    return "", None
+
+
 class ChatStreamDecoder:
     """Reads the events of a chat (or legacy text) completion stream: ``feed(event) -> text delta``.
 
     Sans-I/O, one per stream. ``[DONE]`` or a ``finish_reason`` makes :attr:`finished` true; a stream that
-    ends before that was cut off. An in-stream ``{"error": ...}`` raises the matching :class:`TokenRelayError`;
-    a chunk that is not JSON, or not an object, raises :class:`ProtocolError`.
+    ends before that was cut off; events after ``[DONE]`` add nothing. An in-stream ``{"error": ...}`` raises
+    the matching :class:`TokenRelayError`; a chunk that is not JSON, or not an object, or whose ``usage`` has
+    no integer token counts, raises :class:`ProtocolError`. An object without a ``choices`` list is not a
+    chunk and adds nothing (:attr:`not_chunks` counts them). Choices are read by :func:`choice_content`.
     """
 
-    __slots__ = ("done", "finish_reason", "id", "model", "usage")
+    __slots__ = ("done", "finish_reason", "id", "model", "not_chunks", "usage")
 
     def __init__(self) -> None:
         self.done = False  # [DONE] seen
@@ -349,6 +360,7 @@ class ChatStreamDecoder:
         self.usage: Usage | None = None
         self.id: str | None = None
         self.model: str | None = None
+        self.not_chunks = 0
 
     @property
     def finished(self) -> bool:
@@ -356,6 +368,8 @@ class ChatStreamDecoder:
 
     def feed(self, event: ServerSentEvent) -> str:
         """The content this event adds (``""`` when none)."""
+        if self.done:
+            return ""
         if event.data == "[DONE]":
             self.done = True
             return ""
@@ -372,17 +386,14 @@ class ChatStreamDecoder:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if not (isinstance(prompt, int) and isinstance(completion, int)):
+            if not (_is_count(prompt) and _is_count(completion)):
                 raise ProtocolError(f"stream chunk has a malformed usage: {usage!r:.200}")
             self.usage = Usage(prompt, completion)
-        text = ""
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue  # tokenrelay streams one choice
-            delta = choice.get("delta")
-            piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-            if isinstance(piece, str):
-                text += piece
-            if isinstance(choice.get("finish_reason"), str):
-                self.finish_reason = choice["finish_reason"]
+        content = choice_content(chunk)
+        if content is None:
+            self.not_chunks += 1
+            return ""
+        text, reason = content
+        if reason is not None:
+            self.finish_reason = reason
         return text

@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from tokenrelay._detokenizer import Detokenizer
-from tokenrelay._openai import Usage
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._stops import StopMatcher
 
-__all__ = ["Event", "FinishReason", "Finished", "TextDelta", "TextStream", "Timings", "percentile"]
+__all__ = ["Event", "FinishReason", "Finished", "TextDelta", "TextStream", "Timings", "Usage", "percentile"]
 
 FinishReason: TypeAlias = Literal["stop", "length"]
 
@@ -80,6 +79,25 @@ class Timings:
     @property
     def p95(self) -> float | None:
         return percentile(self.gaps, 95)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one request, as OpenAI reports them."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_openai(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,12 @@ import anyio
 import httpx
 
 from ._errors import ProtocolError, StreamTruncated, TokenRelayError
-from ._openai import ChatStreamDecoder, Usage, error_from_body
+from ._openai import ChatStreamDecoder, error_from_body
 from ._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
+from ._stream import Usage
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "ChatDelta", "ChatResult", "ChunkArrival", "StreamLog", "Timings",
+    "DEFAULT_TIMEOUT", "ChatDelta", "ChatResult", "ChunkArrival", "ClientTimings", "StreamLog",
     "aiter_events", "astream_chat", "iter_events", "stream_chat",
 ]  # fmt: skip
 
@@ -45,7 +46,7 @@ class ChunkArrival:
 
 
 @dataclass(frozen=True)
-class Timings:
+class ClientTimings:
     """Seconds from sending the request: first byte, first token, the gaps between tokens, and the end."""
 
     time_to_first_byte: float | None
@@ -70,7 +71,7 @@ class ChatResult:
     finish_reason: str | None
     usage: Usage | None
     finished: bool  # [DONE] or a finish_reason arrived; False only with allow_truncated=True
-    timings: Timings
+    timings: ClientTimings
     chunks: tuple[ChunkArrival, ...]
 
 
@@ -275,7 +276,7 @@ class _ChatRun:
             how = f"the connection broke: {cut}" if cut is not None else "EOF"
             raise StreamTruncated(f"chat stream ended before [DONE] or a finish_reason ({how})") from cut
         times = [delta.at for delta in self.deltas]
-        timings = Timings(
+        timings = ClientTimings(
             time_to_first_byte=self.chunks[0].at if self.chunks else None,
             time_to_first_token=times[0] if times else None,
             inter_token_gaps=tuple(b - a for a, b in itertools.pairwise(times)),

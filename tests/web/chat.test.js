@@ -2,6 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { readFileSync } from 'node:fs';
 import { ChunkReader, streamChat, streamStats } from '../../src/tokenrelay/web/chat.js';
 import { cutAt, encoder } from './helpers.js';
 
@@ -177,6 +178,46 @@ describe('ChunkReader', () => {
     assert.equal(reader.status(), 'finished');
     assert.equal(reader.content, 'x');
   });
+
+  // Shared with the Python decoder (tests/test_openai.py): the same rules for reading chunks on both sides.
+  const VECTORS = JSON.parse(
+    readFileSync(new URL('../vectors/chat_chunks.json', import.meta.url), 'utf8'),
+  ).vectors;
+  for (const vector of VECTORS) {
+    test(`shared vector: ${vector.name}`, () => {
+      const reader = new ChunkReader();
+      const deltas = [];
+      for (const data of vector.events) {
+        const text = reader.feed({ data });
+        if (reader.error !== null) break;
+        if (text !== '') deltas.push(text);
+      }
+      const usage = reader.usage && {
+        prompt_tokens: reader.usage.prompt_tokens,
+        completion_tokens: reader.usage.completion_tokens,
+      };
+      assert.deepEqual(
+        {
+          deltas,
+          finish_reason: reader.finishReason,
+          usage,
+          finished: reader.done || reader.finishReason !== null,
+          error: reader.errorKind,
+          not_chunks: reader.notChunks,
+        },
+        {
+          deltas: vector.deltas,
+          finish_reason: vector.finish_reason,
+          usage: vector.usage,
+          finished: vector.finished,
+          error: vector.error,
+          not_chunks: vector.not_chunks,
+        },
+      );
+      assert.equal(reader.content, vector.deltas.join(''));
+      assert.equal(reader.status(), vector.error ? 'error' : vector.finished ? 'finished' : 'truncated');
+    });
+  }
 });
 
 describe('streamChat for the page (issue 14)', () => {

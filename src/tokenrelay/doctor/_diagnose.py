@@ -16,6 +16,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import asdict
 
+from tokenrelay._openai import choice_content
 from tokenrelay.doctor._checks import (
     FIX_NAIVE_SPLIT,
     cancel_check,
@@ -41,22 +42,14 @@ def unreachable(url: str, error: str) -> Report:
 
 
 def chunk_text(data: str) -> str | None:
-    """The ``choices[0].delta.content`` of an OpenAI chat chunk (``""`` when it has none); None if the data
-    is not a chat chunk at all."""
+    """The text an OpenAI chat chunk adds (``""`` when it has none); None if the data is not a chat chunk at
+    all. Read as the client reads it (``_openai.choice_content``)."""
     try:
         chunk = json.loads(data)
     except ValueError:
         return None
-    if not isinstance(chunk, dict):
-        return None
-    choices = chunk.get("choices")
-    if not isinstance(choices, list):
-        return None
-    if not choices:
-        return ""  # a usage-only chunk (stream_options.include_usage)
-    delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
-    content = delta.get("content") if isinstance(delta, dict) else None
-    return content if isinstance(content, str) else ""
+    content = choice_content(chunk) if isinstance(chunk, dict) else None
+    return None if content is None else content[0]
 
 
 def _texts(events: list[TimedEvent]) -> tuple[list[tuple[TimedEvent, str]], bool, list[int]]:

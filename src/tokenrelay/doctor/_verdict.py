@@ -40,6 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from tokenrelay._stream import percentile
+
 __all__ = ["Relay", "RelayKind", "judge_arrivals", "judge_relay"]
 
 _MIN_CADENCE_MS = 5.0
@@ -126,10 +128,9 @@ def _size(n: int) -> str:
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """The ``q`` quantile (0-1) by the project's one percentile definition; 0 for no values."""
+    p = percentile(values, q * 100)
+    return 0.0 if p is None else p
 
 
 def _groups(

@@ -32,6 +32,9 @@ class Admission:
         self._retry_after = retry_after
         self.active = 0
         self.waiting = 0
+        # Read when /metrics is scraped, not written on every change: nothing on the request path.
+        metrics.active.set_function(lambda: self.active)
+        metrics.queued.set_function(lambda: self.waiting)
 
     def enter(self) -> None:
         """Reserve a place (running or queued), or raise 429 when there is none."""
@@ -43,7 +46,6 @@ class Admission:
                 code="server_busy",
             )
         self.waiting += 1
-        self._metrics.queued.set(self.waiting)
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -52,17 +54,13 @@ class Admission:
             await self._slots.acquire()
         finally:
             self.waiting -= 1
-            self._metrics.queued.set(self.waiting)
         self.active += 1
-        self._metrics.active.set(self.active)
         try:
             yield
         finally:
             self.active -= 1
-            self._metrics.active.set(self.active)
             self._slots.release()
 
     def leave_unstarted(self) -> None:
         """Give back a place reserved by ``enter()`` whose stream never asked for its slot."""
         self.waiting -= 1
-        self._metrics.queued.set(self.waiting)

@@ -58,7 +58,7 @@ from tokenrelay._errors import (
     TokenRelayError,
 )
 from tokenrelay.doctor._payload import DiagnosticPlan
-from tokenrelay.server.responses import STREAM_HEADERS
+from tokenrelay.server.responses import STREAM_HEADERS, watch_disconnect
 
 __all__ = ["DiagnosticsRegistry", "StreamRecord", "add_diagnostics_routes", "diagnostics_routes"]
 
@@ -261,7 +261,7 @@ class _StreamEndpoint:
                 return
             async with anyio.create_task_group() as tasks:
                 gone = anyio.Event()
-                tasks.start_soon(_watch_disconnect, receive, gone)
+                tasks.start_soon(watch_disconnect, receive, gone.set)
                 await _write(plan, record, send, gone)
                 tasks.cancel_scope.cancel()
         finally:
@@ -269,12 +269,6 @@ class _StreamEndpoint:
                 if record.state == "running":  # an error or a cancellation ended it
                     record.state = "cancelled"
                 self._registry.finish(record)
-
-
-async def _watch_disconnect(receive: Receive, gone: anyio.Event) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass  # the (empty) request body of a GET
-    gone.set()
 
 
 async def _write(plan: DiagnosticPlan, record: StreamRecord, send: Send, gone: anyio.Event) -> None:

@@ -34,7 +34,12 @@ __all__ = ["doctor_page_routes"]
 
 WEB_DIR = Path(__file__).resolve().parents[1] / "web"
 # The page's own files, and the chat page's SSE parser it reads the stream with (used as is, never edited).
-_FILES = {"doctor.js": "text/javascript", "doctor.css": "text/css", "sse.js": "text/javascript"}
+_FILES = {
+    "doctor.js": "text/javascript",
+    "doctor.css": "text/css",
+    "sse.js": "text/javascript",
+    "stats.js": "text/javascript",
+}
 _MAX_REPORT_BYTES = 8 << 20  # a recording of a few thousand events, base64
 LANES = ("network", "parse", "render", "paint")
 

@@ -14,14 +14,18 @@ dashboard of ours reads them (and the library's own switch for that is process-w
 
 from __future__ import annotations
 
+import math
 import platform
-from collections.abc import Iterable, Iterator
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
 from tokenrelay import __version__
+
+from .generation import ENDPOINTS
 
 __all__ = ["CONTENT_TYPE", "ERROR_TYPES", "ServerMetrics"]
 
@@ -50,6 +54,40 @@ class _ForModel:
     def labels(self, *values: str) -> Counter:
         child: Counter = self._metric.labels(self._model, *values)
         return child
+
+
+class _ManyAtOnce:
+    """A histogram that takes a reply's observations in one call: every gap between its deltas.
+
+    ``Histogram.observe`` takes a lock and searches the buckets per value (about 1.5 µs); a reply's hundreds
+    of gaps, counted when it ends, cost a tenth of that here (one ``bisect`` each, on the event loop, so no
+    lock). Collected as the same ``_bucket``/``_count``/``_sum`` series, ``model`` label included.
+    """
+
+    def __init__(
+        self, name: str, doc: str, model: str, buckets: Sequence[float], registry: CollectorRegistry
+    ):
+        self._name, self._doc, self._model = name, doc, model
+        self._bounds = tuple(sorted(buckets))
+        self._counts = [0] * (len(self._bounds) + 1)  # the last: above every bound (+Inf)
+        self._sum = 0.0
+        registry.register(self)
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        counts, bounds, total = self._counts, self._bounds, self._sum
+        for value in values:
+            counts[bisect_left(bounds, value)] += 1  # the first bound ≥ value: Prometheus buckets are "≤ le"
+            total += value  # value by value, as Histogram.observe adds them
+        self._sum = total
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._doc, labels=["model"])
+        cumulative, seen = [], 0
+        for bound, count in zip((*self._bounds, math.inf), self._counts, strict=True):
+            seen += count
+            cumulative.append(("+Inf" if bound == math.inf else repr(float(bound)), float(seen)))
+        family.add_metric([self._model], cumulative, self._sum)
+        yield family
 
 
 class _WithoutCreated:
@@ -83,7 +121,9 @@ class ServerMetrics:
             return child
 
         self.ttft = histogram("tokenrelay_ttft_seconds", "Time to first token", _LATENCY)
-        self.inter_token = histogram("tokenrelay_inter_token_seconds", "Gap between visible deltas", _GAPS)
+        self.inter_token = _ManyAtOnce(
+            "tokenrelay_inter_token_seconds", "Gap between visible deltas", model, _GAPS, r
+        )
         self.e2e = histogram("tokenrelay_e2e_seconds", "Request start to end", _LATENCY)
         self.active = gauge("tokenrelay_active_generations", "Generations running now")
         self.queued = gauge("tokenrelay_queued_generations", "Generations waiting for a slot")
@@ -113,9 +153,9 @@ class ServerMetrics:
         self.prompt_tokens = self.tokens.labels("prompt")
         self.completion_tokens = self.tokens.labels("completion")
         self.requests_by_route = {
-            (endpoint, stream): self.requests.labels(endpoint, stream)
-            for endpoint in ("/v1/chat/completions", "/v1/completions")
-            for stream in ("true", "false")
+            (endpoint, stream): self.requests.labels(endpoint, "true" if stream else "false")
+            for endpoint in ENDPOINTS
+            for stream in (True, False)
         }
         for error_type in ERROR_TYPES:
             self.errors.labels(error_type)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .generation import ENDPOINTS
 from .requests import MAX_STOPS, ROLES
 
 __all__ = ["GENERATION_ERRORS", "describe"]
@@ -184,11 +185,9 @@ def describe(
     components = spec.setdefault("components", {})
     components.setdefault("schemas", {}).update(_schemas(models, max_tokens_limit, max_prompt_chars))
     paths: dict[str, JSON] = spec.get("paths", {})
-    for path, request in (
-        ("/v1/chat/completions", "ChatCompletionRequest"),
-        ("/v1/completions", "CompletionRequest"),
-    ):
+    for path, endpoint in ENDPOINTS.items():
         if path in paths:
+            request = "ChatCompletionRequest" if endpoint.kind == "chat" else "CompletionRequest"
             paths[path]["post"].update(_generation(request))
     if "/metrics" in paths:
         paths["/metrics"]["get"]["responses"]["200"] = {

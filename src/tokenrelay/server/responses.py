@@ -32,7 +32,15 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-__all__ = ["KEEPALIVE", "OPENING", "EventStreamResponse", "JSONGenerationResponse", "Outcome"]
+__all__ = [
+    "KEEPALIVE",
+    "OPENING",
+    "STREAM_HEADERS",
+    "EventStreamResponse",
+    "JSONGenerationResponse",
+    "Outcome",
+    "watch_disconnect",
+]
 
 #: The first bytes of every stream: a comment, so headers and a first chunk leave before prefill ends.
 OPENING = b": stream open\n\n"
@@ -57,6 +65,17 @@ class Outcome:
         self.send_timed_out = False  # ... by not reading for send_timeout seconds
         self.interrupted = False  # ended by interrupt() (server shutdown)
         self.completed = False  # the whole body was sent
+
+
+async def watch_disconnect(receive: Receive, gone: Callable[[], object]) -> None:
+    """Call ``gone()`` when the client has left (``http.disconnect``); every other message is ignored.
+
+    The one disconnect watch of the server: both generation responses and the diagnostic stream run it in
+    a task beside the one that sends.
+    """
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone()
 
 
 def _abort(scope: Scope) -> None:
@@ -131,9 +150,7 @@ class EventStreamResponse(Response):
             last_write = clock()
             return True
 
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
+        def gone() -> None:
             outcome.disconnected = True
             stop()
 
@@ -163,9 +180,9 @@ class EventStreamResponse(Response):
             sent = await write({"type": "http.response.body", "body": tail, "more_body": False})
             outcome.completed = sent and not outcome.disconnected
 
-        watcher = asyncio.ensure_future(watch())
+        watcher = asyncio.ensure_future(watch_disconnect(receive, gone))
         timer = loop.call_later(period, tick)
-        started = False
+        started = exhausted = False
         try:
             try:
                 started = await write(
@@ -179,6 +196,7 @@ class EventStreamResponse(Response):
                         if not await write({"type": "http.response.body", "body": frame, "more_body": True}):
                             break
                     else:
+                        exhausted = True  # the generator has returned: nothing is left to close
                         await end(b"")
             except asyncio.CancelledError:
                 if not stopped and self._tail is None:
@@ -201,7 +219,10 @@ class EventStreamResponse(Response):
                 keep.cancel()
             # Shielded: on shutdown the server cancels this task and the event loop may cancel it again; the
             # generation must still be closed (the engine stops at the step it is in), counted and logged.
-            await asyncio.shield(_finish([watcher, *extra], self._frames))
+            # A stream that ran to its end has nothing to close and no keep-alive in flight: the cancelled
+            # watcher ends on its own, and the common case costs no extra task.
+            if not exhausted or extra:
+                await asyncio.shield(_finish([watcher, *extra], self._frames))
             if self._on_done is not None:
                 self._on_done(outcome)
 
@@ -235,15 +256,13 @@ class JSONGenerationResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = Outcome()
 
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
+        def gone() -> None:
             outcome.disconnected = True
 
         produce = self._task = asyncio.ensure_future(self._produce())
         if self._instead is not None:
             produce.cancel()
-        watcher = asyncio.ensure_future(watch())
+        watcher = asyncio.ensure_future(watch_disconnect(receive, gone))
         try:
             await asyncio.wait([produce, watcher], return_when=asyncio.FIRST_COMPLETED)
             if produce.done() and not outcome.disconnected:

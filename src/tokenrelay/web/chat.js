@@ -34,9 +34,17 @@ export function streamStats({ started, firstAt, lastAt, tokens }) {
   };
 }
 
+const isObject = (value) => value !== null && typeof value === 'object' && !Array.isArray(value);
+const isCount = (value) => typeof value === 'number' && Number.isInteger(value);
+
 /**
  * Reads the chunks of one reply (sans-I/O): feed(event) returns the new content text, if any.
  * The fields say where the stream stands; status() names the outcome once the stream has ended.
+ * The rules are the Python client's (tokenrelay._openai.ChatStreamDecoder and choice_content), checked on
+ * the same vectors (tests/vectors/chat_chunks.json): data that is not a JSON object, or a usage without
+ * integer counts, is a protocol error; an `error` member is the server's error; an object without a
+ * `choices` list is not a chunk and adds nothing; the choice read is the one whose index is 0 (a missing
+ * index is 0): its delta.content (or a legacy text) and its finish_reason, when they are strings.
  */
 export class ChunkReader {
   constructor() {
@@ -44,8 +52,10 @@ export class ChunkReader {
     this.finishReason = null;
     this.usage = null;
     this.error = null;
+    this.errorKind = null; // 'protocol' (not a chunk we can read) or 'server' (an in-stream error)
     this.done = false; // [DONE] seen
     this.chunks = 0; // chunks that carried content: the token count when the server sends no usage
+    this.notChunks = 0; // JSON objects without a choices list (ignored)
   }
 
   /** @param {{data: string}} event @returns {string} content added by this event */
@@ -59,27 +69,37 @@ export class ChunkReader {
     try {
       chunk = JSON.parse(event.data);
     } catch {
-      this.error = `bad chunk from the server: ${event.data.slice(0, 120)}`;
-      return '';
+      return this.fail('protocol', `bad chunk from the server: ${event.data.slice(0, 120)}`);
     }
-    if (chunk === null || typeof chunk !== 'object') {
-      this.error = 'bad chunk from the server';
-      return '';
-    }
+    if (!isObject(chunk)) return this.fail('protocol', 'bad chunk from the server');
     if (chunk.error !== undefined && chunk.error !== null) {
-      const message = typeof chunk.error === 'object' ? chunk.error.message : chunk.error;
-      this.error = String(message || 'the server reported an error');
+      const message = isObject(chunk.error) ? chunk.error.message : chunk.error;
+      return this.fail('server', String(message || 'the server reported an error'));
+    }
+    if (isObject(chunk.usage)) {
+      if (!isCount(chunk.usage.prompt_tokens) || !isCount(chunk.usage.completion_tokens))
+        return this.fail('protocol', 'bad usage from the server');
+      this.usage = chunk.usage;
+    }
+    if (!Array.isArray(chunk.choices)) {
+      this.notChunks += 1;
       return '';
     }
-    if (chunk.usage) this.usage = chunk.usage;
-    const choice = Array.isArray(chunk.choices) ? chunk.choices[0] : undefined;
-    if (!choice) return '';
-    if (choice.finish_reason) this.finishReason = choice.finish_reason;
-    const text = choice.delta?.content;
+    const choice = chunk.choices.find((c) => isObject(c) && (Object.hasOwn(c, 'index') ? c.index : 0) === 0);
+    if (choice === undefined) return '';
+    if (typeof choice.finish_reason === 'string') this.finishReason = choice.finish_reason;
+    const text = isObject(choice.delta) ? choice.delta.content : choice.text;
     if (typeof text !== 'string' || text === '') return '';
     this.content += text;
     this.chunks += 1;
     return text;
+  }
+
+  /** @returns {''} */
+  fail(kind, message) {
+    this.errorKind = kind;
+    this.error = message;
+    return '';
   }
 
   /** The outcome of a stream that has ended (EOF or [DONE]). */

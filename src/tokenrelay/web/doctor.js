@@ -12,6 +12,7 @@
 // promise); `tokenrelay doctor URL --browser` calls window.tokenrelayDoctorRun(options) instead.
 
 import { SSEParser } from './sse.js';
+import { percentile } from './stats.js';
 
 /** The hops after the server's write, each the gap between two of an event's timestamps. */
 export const LANES = [
@@ -43,12 +44,6 @@ function base64(bytes) {
   for (let i = 0; i < bytes.length; i += 0x8000)
     text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
   return btoa(text);
-}
-
-function quantile(values, q) {
-  if (values.length === 0) return 0;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 }
 
 /** Where each event's bytes end in the body: after its blank line (the opening comment is not an event). */
@@ -157,7 +152,7 @@ export async function runDoctor({
     const holds = list.filter((e) => e[from] !== null && e[to] !== null).map((e) => e[to] - e[from]);
     lanes[lane] = {
       max_ms: Math.max(0, ...holds),
-      p90_ms: quantile(holds, 0.9),
+      p90_ms: percentile(holds, 90) ?? 0,
       total_ms: holds.reduce((a, b) => a + b, 0),
     };
   }
