@@ -13,6 +13,7 @@ from tokenrelay.engines.base import (
     Prompt,
     SamplingParams,
     Step,
+    TimedIds,
     render_plain_chat,
     stream_events,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "ReplayEngine",
     "SamplingParams",
     "Step",
+    "TimedIds",
     "render_plain_chat",
     "resolve_model_path",
     "stream_events",

@@ -48,6 +48,7 @@ from tokenrelay._openai import (
     error_event,
     json_bytes,
     text_completion,
+    timed_frame,
 )
 from tokenrelay._stream import Finished, TextDelta, percentile
 from tokenrelay.engines.base import Engine, stream_events
@@ -189,6 +190,7 @@ class _Run:
         )
         record = self._record
         with_ids = gen.return_token_ids
+        step_times, origin, clock = gen.step_times, self.started, time.perf_counter
         try:
             self.asked_for_slot = True
             async with server.admission.slot():
@@ -196,7 +198,8 @@ class _Run:
                 if prompt_ids is not None:
                     writer.prompt_token_ids(prompt_ids)
                 if isinstance(writer, ChatChunkWriter):
-                    yield writer.role()  # the first chunk carries the role, as soon as generation starts
+                    role = writer.role()  # the first chunk carries the role, as soon as generation starts
+                    yield timed_frame(role, origin=origin, sent=clock(), steps=None) if step_times else role
                 events = stream_events(
                     server.engine,
                     gen.prompt,
@@ -204,20 +207,31 @@ class _Run:
                     stops=gen.stops,
                     prompt_ids=self.prompt_ids,
                     executor=server.intake.pool,
+                    step_times=step_times,
                 )
                 async for event in events:
                     record(event)
                     if type(event) is TextDelta:
-                        yield (
+                        frame = (
                             writer.delta_with_ids(event.text, event.token_ids)
                             if with_ids
                             else writer.delta(event.text)
                         )
+                        # stream_options.include_step_times: stamped as it leaves, one clock read per chunk.
+                        if step_times:
+                            frame = timed_frame(frame, origin=origin, sent=clock(), steps=event.steps)
+                        yield frame
                     else:
                         assert isinstance(event, Finished)
-                        yield writer.finish(event.reason, event.token_ids if with_ids else None)
+                        frame = writer.finish(event.reason, event.token_ids if with_ids else None)
+                        if step_times:
+                            frame = timed_frame(frame, origin=origin, sent=clock(), steps=event.steps)
+                        yield frame
                         if gen.include_usage:
-                            yield writer.usage(event.usage)
+                            frame = writer.usage(event.usage)
+                            if step_times:
+                                frame = timed_frame(frame, origin=origin, sent=clock(), steps=None)
+                            yield frame
                         yield DONE
         except Exception as exc:  # after the headers: report it in-stream, then end the stream cleanly
             yield error_event(self._fail(exc))
