@@ -16,7 +16,7 @@ pytest.importorskip("llama_cpp")
 
 from _uvicorn import serve
 from tokenrelay._sse import SSEParser
-from tokenrelay._stream import Event, StepTime
+from tokenrelay._stream import Event, Finished, StepTime
 from tokenrelay.engines.base import ChatMessage, SamplingParams, stream_events
 from tokenrelay.engines.llamacpp import LlamaCppEngine
 from tokenrelay.server import ServerConfig, create_app
@@ -44,7 +44,9 @@ async def test_each_token_carries_the_decode_that_made_it(engine: LlamaCppEngine
             assert step.measured
             assert started < step.start < step.end <= arrived  # made before it reached the consumer
         steps.extend(event.steps)
-    assert len(steps) == GREEDY.max_tokens or seen[-1][0].token_ids  # every token, EOS included
+    final = seen[-1][0]
+    assert isinstance(final, Finished)
+    assert len(steps) == final.usage.completion_tokens  # every token, an end-of-sequence one included
     # One request alone: each token is its own decode step, one after the other on the worker thread.
     assert all(a.end <= b.start for a, b in itertools.pairwise(steps))
     assert len({s.start for s in steps}) == len(steps)
