@@ -19,7 +19,7 @@ from tokenrelay._openai import ChatChunkWriter, TextChunkWriter, timed_frame
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._sse import SSEParser
 from tokenrelay._stream import StepTime, StepTimeline, TextDelta
-from tokenrelay.engines.base import Prompt, SamplingParams, Step, TextStep, TimedIds, stream_events
+from tokenrelay.engines.base import Prompt, SamplingParams, Step, TextStep, TimedIds, stream_events, timed_ids
 from tokenrelay.engines.replay import ReplayEngine
 
 TEXT = "Tea ☕ for 🦙 llamas, नमस्ते."
@@ -57,7 +57,8 @@ def test_timeline_pairs_tokens_with_their_steps_in_order() -> None:
 
 
 def test_timed_ids_are_a_plain_tuple_of_ids_too() -> None:
-    step = TimedIds([5, 6], 1.5, 2.5)
+    step = timed_ids([5, 6], 1.5, 2.5)
+    assert isinstance(step, TimedIds)
     assert step == (5, 6) and list(step) == [5, 6] and len(step) == 2
     assert (step.started, step.ended) == (1.5, 2.5)
 

@@ -16,6 +16,7 @@ from tokenrelay.engines.base import (
     TimedIds,
     render_plain_chat,
     stream_events,
+    timed_ids,
 )
 from tokenrelay.engines.llamacpp import DEFAULT_MODEL, LlamaCppEngine, resolve_model_path
 from tokenrelay.engines.replay import ReplayEngine
@@ -33,4 +34,5 @@ __all__ = [
     "render_plain_chat",
     "resolve_model_path",
     "stream_events",
+    "timed_ids",
 ]

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, cast
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK, Slot, plan_step
-from tokenrelay.engines.base import Prompt, SamplingParams, Step, TimedIds
+from tokenrelay.engines.base import Prompt, SamplingParams, Step, TimedIds, timed_ids
 from tokenrelay.engines.llamacpp_check import check_runnable, default_threads
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
@@ -389,6 +389,6 @@ class LlamaCppEngine:
             token = native.sample(run.sampler, row)
             slot.accept(token)
             if not run.request.cancelled:
-                run.request.deliver(TimedIds((token,), started, time.perf_counter()))
+                run.request.deliver(timed_ids((token,), started, time.perf_counter()))
             if slot.done:
                 release(run, _END)

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from tokenrelay._errors import ConfigError, EngineError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay.engines.base import Prompt, SamplingParams, Step, TimedIds, render_plain_chat
+from tokenrelay.engines.base import Prompt, SamplingParams, Step, render_plain_chat, timed_ids
 
 __all__ = ["ReplayEngine"]
 
@@ -138,7 +138,7 @@ class ReplayEngine:
                 raise EngineError(f"replay engine failed after {self._fail_after} tokens (fail_after)")
             released += len(step)
             self.steps_computed += 1
-            yield TimedIds(step, started, self._clock()) if self._timed else step
+            yield timed_ids(step, started, self._clock()) if self._timed else step
 
     async def aclose(self) -> None:
         return None
