@@ -95,8 +95,9 @@ export class ChunkReader {
  * POST one chat request and stream the reply. Never throws: every ending is an Outcome.
  * `params` go into the request body beside model and messages (temperature, max_tokens); `apiKey`, when
  * set, is sent as a bearer token. onDelta gets each piece of text, the stream's numbers so far, and its hop
- * times: {arrive, parse, timing}, when the network chunk holding it arrived and when it was parsed (`now`
- * times), and the chunk's server timing (its `tokenrelay` field, asked for with `stepTimes`) or null.
+ * times: {arrive, parse, timing}, when the network chunk holding it arrived (with `stepTimes`, else null)
+ * and when it was parsed (`now` times), and the chunk's server timing (its `tokenrelay` field, asked for
+ * with `stepTimes`) or null.
  * @param {{
  *   model: string, messages: {role: string, content: string}[],
  *   onDelta: (text: string, stats: Stats, hop: {arrive: number, parse: number, timing: object|null}) => void,
@@ -175,7 +176,7 @@ export async function streamChat({
     for (;;) {
       const { done, value } = await body.read();
       if (done) break;
-      const arrive = now();
+      const arrive = stepTimes ? now() : null; // the relay's network arrival; no clock read otherwise
       for (const event of parser.feed(value)) {
         const text = reader.feed(event);
         if (text !== '') {
