@@ -5,8 +5,10 @@ network lane (the proxy's), not in the browser's lanes; without it, every lane i
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from nginx.harness import NGINX, nginx_proxy
 from proxies.apps import relay_upstream
 from tokenrelay import cli
-from tokenrelay.doctor.browser import chromium_path
+from tokenrelay.doctor.browser import chromium_path, run_in_browser
 
 pytestmark = [
     pytest.mark.skipif(
@@ -83,3 +85,33 @@ def test_through_buffering_nginx_the_hold_is_in_the_network_lane(
     )
     network, paint = lanes["network"], lanes["paint"]
     assert network["max_ms"] >= 100 and network["max_ms"] > 2 * max(paint["max_ms"], lanes["parse"]["max_ms"])
+
+
+def chat_trace(url: str) -> dict[str, Any]:
+    """The doctor page's chat mode in Chromium: one real reply, with the model's step times."""
+    return asyncio.run(
+        run_in_browser(url, events=0, cadence_ms=0, seed=None, api_key=None, timeout=60, mode="chat")
+    )
+
+
+def test_a_chat_reply_through_nginx_starts_at_the_model_and_nginx_holds_it_on_the_way(relay: int) -> None:
+    # The same two set-ups with a real reply (the replay engine times its steps as a model does): the model
+    # lane leads every event; buffering nginx holds events in the network lane (the proxy's), never in the
+    # server's own lane (model step -> send); without buffering every lane is short.
+    with nginx_proxy(relay, "ignore-accel-small-buffers") as url:
+        held = chat_trace(url)
+    with nginx_proxy(relay, "buffering-off") as url:
+        free = chat_trace(url)
+    for result in (held, free):
+        events = result["events"]
+        assert result["mode"] == "chat" and len(events) > 10
+        for event in events:
+            assert event["source"] == "engine"
+            assert event["stepStart"] < event["step"] <= event["send"] + 0.5 <= event["arrive"] + 1
+        assert "model step · step max" in result["svg"]
+    # 1 KiB buffers hold about three ~300-byte chunks (20 ms apart at 50 tokens/s) in nginx.
+    lanes = {"held": held["lanes"], "free": free["lanes"]}
+    assert held["lanes"]["network"]["max_ms"] >= 50, lanes
+    assert held["lanes"]["network"]["p90_ms"] > 2 * free["lanes"]["network"]["p90_ms"] + 10, lanes
+    # The server's lane is the server's own (a token held for the rest of its character): nginx adds nothing.
+    assert held["lanes"]["server"]["max_ms"] < free["lanes"]["server"]["max_ms"] + 15, lanes

@@ -14,6 +14,9 @@ friends; the tests validate every shape with them and read the frames with the S
   the first chunk carries ``prompt_token_ids`` (top level in a chat chunk, in the choice of a text chunk, as
   vLLM puts them).
 
+- ``stream_options.include_step_times`` (tokenrelay's extension, for the doctor's lanes): every chunk gets a
+  top-level ``"tokenrelay"`` object (:func:`timed_frame`), a field the official SDKs keep as an extra.
+
 JSON is written with ``ensure_ascii=False``: a Devanagari letter costs 3 bytes on the wire, not 6.
 """
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from json.encoder import encode_basestring  # the C string quoter json.dumps(ensure_ascii=False) uses
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 from ._errors import (
     AuthenticationError,
@@ -37,6 +40,9 @@ from ._errors import (
 from ._sse import ServerSentEvent
 from ._stream import Usage
 
+if TYPE_CHECKING:
+    from ._stream import StepTime
+
 __all__ = [
     "DONE",
     "ChatChunkWriter",
@@ -48,6 +54,7 @@ __all__ = [
     "error_from_body",
     "json_bytes",
     "text_completion",
+    "timed_frame",
 ]
 
 #: The frame that ends every OpenAI stream.
@@ -214,6 +221,32 @@ class TextChunkWriter(_ChunkWriter):
         if token_ids is not None:
             choice["token_ids"] = list(token_ids)
         return self._frame(choice)
+
+
+def timed_frame(frame: bytes, *, origin: float, sent: float, steps: Sequence[StepTime] | None) -> bytes:
+    """``frame`` (one chunk's SSE frame) with tokenrelay's timing extension added as a top-level field:
+
+    ``"tokenrelay": {"sent_ms": S, "steps_ms": [[START, END], ...], "source": "engine" | "arrival"}``
+
+    Milliseconds since ``origin`` (the request, on the server's clock): ``sent_ms`` when the frame was handed
+    to the server's socket, ``steps_ms`` one pair per token the chunk carries (its ids, or the end-of-sequence
+    id of a finish chunk), when the engine step that produced it started and ended. ``source`` is
+    ``"arrival"`` when the engine does not time its steps and both are the step's arrival at the server;
+    absent when the chunk carries no token. A page aligns ``sent_ms`` with its own arrival times and places the
+    steps before them: ``sent_ms - END`` is how long the token was held between the engine and the socket.
+    """
+
+    def ms(t: float) -> float:
+        return round((t - origin) * 1000.0, 3)
+
+    timing: dict[str, object] = {
+        "sent_ms": ms(sent),
+        "steps_ms": [[ms(s.start), ms(s.end)] for s in steps or ()],
+    }
+    if steps:
+        timing["source"] = "engine" if all(s.measured for s in steps) else "arrival"
+    # Every chunk frame ends with its object's closing brace and the blank line: the field goes before them.
+    return frame[:-3] + b',"tokenrelay":' + json_bytes(timing) + b"}\n\n"
 
 
 def chat_completion(

@@ -31,6 +31,7 @@ deltas, total is start to ``Finished``. Standard library only.
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
@@ -39,17 +40,45 @@ from tokenrelay._detokenizer import Detokenizer
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._stops import StopMatcher
 
-__all__ = ["Event", "FinishReason", "Finished", "TextDelta", "TextStream", "Timings", "Usage", "percentile"]
+__all__ = [
+    "Event",
+    "FinishReason",
+    "Finished",
+    "StepTime",
+    "StepTimeline",
+    "TextDelta",
+    "TextStream",
+    "Timings",
+    "Usage",
+    "percentile",
+]
 
 FinishReason: TypeAlias = Literal["stop", "length"]
 
 
 @dataclass(frozen=True)
+class StepTime:
+    """When the engine step that produced one token ran, in the caller's clock's seconds.
+
+    ``measured`` is true when the engine said so itself (the embedded engine times each ``llama_decode``);
+    false when it did not, and ``start`` and ``end`` are both the step's arrival at the caller.
+    """
+
+    start: float
+    end: float
+    measured: bool
+
+
+@dataclass(frozen=True)
 class TextDelta:
-    """New text that is final, and the token ids consumed since the previous delta."""
+    """New text that is final, and the token ids consumed since the previous delta.
+
+    ``steps`` (only when step times were asked for): one :class:`StepTime` per id in ``token_ids``; for text
+    an engine made itself (``feed_text``), one per token of that step."""
 
     text: str
     token_ids: tuple[int, ...]
+    steps: tuple[StepTime, ...] | None = None
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -110,9 +139,39 @@ class Finished:
     token_ids: tuple[int, ...] = ()
     matched: str | int | None = None
     timings: Timings | None = None
+    steps: tuple[StepTime, ...] | None = None
+    """One :class:`StepTime` per id in ``token_ids`` (only when step times were asked for)."""
 
 
 Event: TypeAlias = TextDelta | Finished
+
+
+class StepTimeline:
+    """Pairs tokens with the steps that produced them, first in, first out (sans-I/O: times are passed in).
+
+    ``add`` each engine step as it is fed to a ``TextStream``; ``take(n)`` the times of the next ``n`` tokens
+    when an event carries ``n`` ids. The ids of a stream's events (deltas, then ``Finished.token_ids``) are
+    the ids fed, in order, with only ids past the reply's end left out, so taking them in order pairs each
+    token with its own step.
+    """
+
+    __slots__ = ("_times",)
+
+    def __init__(self) -> None:
+        self._times: deque[StepTime] = deque()
+
+    def add(self, tokens: int, start: float, end: float, *, measured: bool) -> None:
+        """An engine step of ``tokens`` tokens ran from ``start`` to ``end``."""
+        time = StepTime(start, end, measured)
+        self._times.extend(itertools.repeat(time, tokens))
+
+    def take(self, tokens: int) -> tuple[StepTime, ...]:
+        """The times of the next ``tokens`` tokens (fewer if fewer were added)."""
+        times = self._times
+        return tuple(times.popleft() for _ in range(min(tokens, len(times))))
+
+    def __len__(self) -> int:
+        return len(self._times)
 
 
 class TextStream:

@@ -103,9 +103,18 @@ async def _devtools_url(process: asyncio.subprocess.Process) -> str:
 
 
 async def run_in_browser(
-    base: str, *, events: int, cadence_ms: float, seed: int | None, api_key: str | None, timeout: float
+    base: str,
+    *,
+    events: int,
+    cadence_ms: float,
+    seed: int | None,
+    api_key: str | None,
+    timeout: float,
+    mode: str = "probe",
 ) -> dict[str, Any]:
-    """Open ``{base}/doctor`` in headless Chromium, run the probe, return the page's result (JSON)."""
+    """Open ``{base}/doctor`` in headless Chromium, run the probe, return the page's result (JSON).
+
+    ``mode="chat"`` traces a real chat reply instead, its model step times included (the page's chat mode)."""
     try:
         import websockets
     except ImportError as exc:  # pragma: no cover - the server extra brings it
@@ -115,7 +124,7 @@ async def run_in_browser(
     chromium = chromium_path()
     if chromium is None:
         raise ConfigError("--browser needs Chromium (apt-get install chromium, or set TOKENRELAY_CHROMIUM)")
-    options = {"events": events, "cadenceMs": cadence_ms, "seed": seed, "apiKey": api_key or ""}
+    options = {"events": events, "cadenceMs": cadence_ms, "seed": seed, "apiKey": api_key or "", "mode": mode}
     with tempfile.TemporaryDirectory(prefix="tokenrelay-chromium-") as profile:
         process = await asyncio.create_subprocess_exec(
             chromium,

@@ -13,8 +13,10 @@ from tokenrelay.engines.base import (
     Prompt,
     SamplingParams,
     Step,
+    TimedIds,
     render_plain_chat,
     stream_events,
+    timed_ids,
 )
 from tokenrelay.engines.llamacpp import DEFAULT_MODEL, LlamaCppEngine, resolve_model_path
 from tokenrelay.engines.replay import ReplayEngine
@@ -28,7 +30,9 @@ __all__ = [
     "ReplayEngine",
     "SamplingParams",
     "Step",
+    "TimedIds",
     "render_plain_chat",
     "resolve_model_path",
     "stream_events",
+    "timed_ids",
 ]

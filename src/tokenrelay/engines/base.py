@@ -13,6 +13,11 @@ An engine may set ``stranded = "discard"`` when its own server drops the bytes o
 at the end of a reply (vLLM's detokenizer never emits them, so a reply cut by ``max_tokens`` inside an emoji
 ends before it); the default, ``"replace"``, ends it with U+FFFD as the tokenizer's full decode does.
 
+Step times (issue 13): an engine that knows when a step was computed yields it as :class:`TimedIds`, the ids
+with the step's start and end on ``time.perf_counter`` (the clock ``stream_events`` and the server use); the
+embedded llama.cpp engine times each ``llama_decode`` so, the replay engine its release. Any other step is
+timed by its arrival in ``stream_events``, marked as not measured.
+
 An engine also stops by itself after ``params.max_tokens`` ids and after yielding an end-of-sequence id (one
 of ``stop_token_ids``); ``TextStream`` does the same bookkeeping, so the two never disagree about where a
 reply ended.
@@ -22,15 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from tokenrelay._errors import EngineError, InvalidRequestError, TokenRelayError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay._stream import Event, TextStream
+from tokenrelay._stream import Event, Finished, StepTimeline, TextDelta, TextStream
 
 __all__ = [
     "ChatMessage",
@@ -40,8 +46,10 @@ __all__ = [
     "SamplingParams",
     "Step",
     "TextStep",
+    "TimedIds",
     "render_plain_chat",
     "stream_events",
+    "timed_ids",
 ]
 
 ChatMessage: TypeAlias = Mapping[str, str]
@@ -69,6 +77,25 @@ class PromptTokens:
     chat template): ``usage.prompt_tokens`` reports it. Yield it before the ids."""
 
     count: int
+
+
+class TimedIds(tuple[int, ...]):
+    """The ids of one step and when the engine computed it: ``started`` and ``ended`` are
+    ``time.perf_counter()`` seconds. A tuple, so every consumer of plain id steps reads it unchanged. Make
+    one with :func:`timed_ids`."""
+
+    started: float
+    ended: float
+
+
+def timed_ids(ids: Iterable[int], started: float, ended: float) -> TimedIds:
+    """``ids`` as a step computed from ``started`` to ``ended``."""
+    # Attributes set here rather than in a __new__ override: a Python-level __new__ costs 2-3 times as much,
+    # on every step of every stream.
+    step = TimedIds(ids)
+    step.started = started
+    step.ended = ended
+    return step
 
 
 Step: TypeAlias = Sequence[int] | TextStep | PromptTokens
@@ -147,6 +174,7 @@ async def stream_events(
     clock: Callable[[], float] = time.perf_counter,
     prompt_ids: Sequence[int] | None = None,
     executor: Executor | None = None,
+    step_times: bool = False,
 ) -> AsyncGenerator[Event, None]:
     """Run ``engine`` through a ``TextStream``: ``TextDelta`` events, then exactly one ``Finished``.
 
@@ -157,6 +185,9 @@ async def stream_events(
     prompt is tokenized, so TTFT includes prefill. ``prompt_ids`` are ``engine.prompt_ids(prompt)`` when the
     caller already has them (the server tokenizes off the event loop, before the response starts); a long
     prompt primes the detokenizer on ``executor`` (default: the event loop's), never on the loop itself.
+
+    ``step_times``: every event carries ``steps``, when the step of each of its tokens ran (``TimedIds``
+    times, or the step's arrival here on ``clock`` for engines that do not time their steps).
     """
     started = clock()
     if prompt_ids is None:
@@ -187,18 +218,30 @@ async def stream_events(
         stream = text_stream()
     else:
         stream = await asyncio.get_running_loop().run_in_executor(executor, text_stream)
+    timeline = StepTimeline() if step_times else None
     steps = engine.generate(prompt, params)
     try:
         async for step in steps:
+            now = clock()
             if isinstance(step, TextStep):
-                events = stream.feed_text(step.text, step.tokens, now=clock())
+                if timeline is not None:
+                    timeline.add(step.tokens, now, now, measured=False)
+                events = stream.feed_text(step.text, step.tokens, now=now)
             elif isinstance(step, PromptTokens):
                 stream.set_prompt_tokens(step.count)
                 continue
             else:
-                events = stream.feed(step, now=clock())
+                if timeline is not None:
+                    if isinstance(step, TimedIds):
+                        timeline.add(len(step), step.started, step.ended, measured=True)
+                    else:
+                        timeline.add(len(step), now, now, measured=False)
+                events = stream.feed(step, now=now)
             for event in events:
-                yield event
+                if timeline is None:
+                    yield event
+                else:
+                    yield _with_steps(event, timeline, text=isinstance(step, TextStep))
             if stream.finished is not None:
                 return
     except TokenRelayError:
@@ -211,4 +254,14 @@ async def stream_events(
             with contextlib.suppress(Exception):
                 await aclose()
     for event in stream.finish(now=clock()):
-        yield event
+        yield event if timeline is None else _with_steps(event, timeline, text=False)
+
+
+def _with_steps(event: Event, timeline: StepTimeline, *, text: bool) -> Event:
+    """``event`` with the step times of its tokens. Text an engine made itself has no ids: a delta of it takes
+    every token fed since the previous delta (the stop matcher may have held some back)."""
+    if isinstance(event, TextDelta):
+        count = len(timeline) if text else len(event.token_ids)
+        return dataclasses.replace(event, steps=timeline.take(count))
+    assert isinstance(event, Finished)
+    return dataclasses.replace(event, steps=timeline.take(len(event.token_ids)))

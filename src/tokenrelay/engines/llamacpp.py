@@ -21,6 +21,10 @@ iterator marks the request cancelled; the next step no longer carries it and its
 while the other requests go on. At most the step already running finishes (llama.cpp cannot be interrupted
 mid-decode) and its token is dropped.
 
+Step times (issue 13): every token is yielded as ``TimedIds``, timed from just before the ``llama_decode`` of
+its step to just after its own sampling, on ``time.perf_counter`` (the server's clock), so the doctor's model
+lane starts where the token was made.
+
 Before the model is loaded in this process, ``llamacpp_check`` proves in a child process that this machine
 can run the build (a CPU that reports AMX but cannot execute it died with SIGILL on the first prompt).
 
@@ -43,7 +47,7 @@ from typing import TYPE_CHECKING, cast
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK, Slot, plan_step
-from tokenrelay.engines.base import Prompt, SamplingParams, Step
+from tokenrelay.engines.base import Prompt, SamplingParams, Step, TimedIds, timed_ids
 from tokenrelay.engines.llamacpp_check import check_runnable, default_threads
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
@@ -280,7 +284,7 @@ class LlamaCppEngine:
                 if isinstance(item, BaseException):
                     finished = True
                     raise item
-                yield (cast(int, item),)
+                yield cast(TimedIds, item)
         finally:
             if not finished:
                 request.cancelled = True
@@ -366,6 +370,7 @@ class LlamaCppEngine:
         entries, sampling = plan_step(
             (run.slot for run in running), prefill_chunk=self.prefill_chunk, n_batch=native.n_batch
         )
+        started = time.perf_counter()
         try:
             rows = native.decode(entries)
         except Exception as exc:  # a failed step fails every request in it; the engine keeps serving
@@ -384,6 +389,6 @@ class LlamaCppEngine:
             token = native.sample(run.sampler, row)
             slot.accept(token)
             if not run.request.cancelled:
-                run.request.deliver(token)
+                run.request.deliver(timed_ids((token,), started, time.perf_counter()))
             if slot.done:
                 release(run, _END)

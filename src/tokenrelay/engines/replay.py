@@ -7,17 +7,22 @@ benchmarks and the doctor use it to get a reply with known text and known timing
 
 The sleep function is injectable so a test can record the schedule instead of waiting for it; with the
 default ``asyncio.sleep`` a cancelled consumer stops the replay at the sleep it is in.
+
+Step times: each step is yielded as ``TimedIds``, the step running from when its sleep began to when it ended
+(on ``clock``, ``time.perf_counter`` by default, the server's clock), as a model's step runs from the start to
+the end of its decode; ``timed=False`` yields plain ids, as an engine that does not know its step times.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from tokenrelay._errors import ConfigError, EngineError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay.engines.base import Prompt, SamplingParams, Step, render_plain_chat
+from tokenrelay.engines.base import Prompt, SamplingParams, Step, render_plain_chat, timed_ids
 
 __all__ = ["ReplayEngine"]
 
@@ -47,6 +52,8 @@ class ReplayEngine:
         fail_after: int | None = None,
         model: str = "replay",
         sleep: Sleep = asyncio.sleep,
+        timed: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if rate is not None and rate <= 0:
             raise ConfigError(f"replay rate must be positive tokens/s, got {rate}")
@@ -68,6 +75,8 @@ class ReplayEngine:
         self._fail_after = fail_after
         self._model = model
         self._sleep = sleep
+        self._timed = timed
+        self._clock = clock
         self._schedules: dict[int, tuple[float, ...]] = {}
         self.steps_computed = 0
         """How many steps were produced over the engine's life (tests count it around a cancel)."""
@@ -123,12 +132,13 @@ class ReplayEngine:
         released = 0
         for step, delay in zip(steps, self.schedule(len(steps)), strict=True):
             # Sleep even for a zero delay: a consumer that cancels between steps must get the chance to.
+            started = self._clock() if self._timed else 0.0
             await self._sleep(delay)
             if self._fail_after is not None and released + len(step) > self._fail_after:
                 raise EngineError(f"replay engine failed after {self._fail_after} tokens (fail_after)")
             released += len(step)
             self.steps_computed += 1
-            yield step
+            yield timed_ids(step, started, self._clock()) if self._timed else step
 
     async def aclose(self) -> None:
         return None

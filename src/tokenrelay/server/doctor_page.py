@@ -7,6 +7,8 @@ which it was painted. It posts what arrived (every chunk's bytes and time, the h
 endpoint, which judges it with the very code the CLI uses (:func:`~tokenrelay.doctor._diagnose.diagnose_diagnostic`),
 so the page shows the CLI's PASS/WARN/FAIL lines, hops and fixes; the browser's own lanes (parse, render,
 paint) come along as one more line. ``tokenrelay doctor URL --browser`` opens the page in headless Chromium.
+The page's chat mode traces a real chat reply with the model's step times (``stream_options.include_step_times``),
+drawn in the page alone: the report endpoint judges probes.
 """
 
 from __future__ import annotations
@@ -33,12 +35,15 @@ if TYPE_CHECKING:
 __all__ = ["doctor_page_routes"]
 
 WEB_DIR = Path(__file__).resolve().parents[1] / "web"
-# The page's own files, and the chat page's SSE parser it reads the stream with (used as is, never edited).
+# The page's own files, and the chat page's modules it shares (used as is, never edited): the SSE parser,
+# the chat stream (chat mode), and the lanes (drawn by both pages).
 _FILES = {
     "doctor.js": "text/javascript",
     "doctor.css": "text/css",
     "sse.js": "text/javascript",
     "stats.js": "text/javascript",
+    "chat.js": "text/javascript",
+    "lanes.js": "text/javascript",
 }
 _MAX_REPORT_BYTES = 8 << 20  # a recording of a few thousand events, base64
 LANES = ("network", "parse", "render", "paint")

@@ -29,6 +29,7 @@ from tokenrelay._openai import (
     error_event,
     json_bytes,
     text_completion,
+    timed_frame,
 )
 from tokenrelay._stream import Finished, TextDelta
 from tokenrelay.engines.base import stream_events
@@ -132,7 +133,7 @@ class Run:
         elif isinstance(self.response, JSONGenerationResponse):
             self.response.interrupt(err.status_code, error_bytes(err))
 
-    def _stream(self) -> AsyncIterator[TextDelta | Finished]:
+    def _stream(self, step_times: bool = False) -> AsyncIterator[TextDelta | Finished]:
         server, gen = self.server, self.gen
         return stream_events(
             server.engine,
@@ -141,6 +142,7 @@ class Run:
             stops=gen.stops,
             prompt_ids=self.prompt_ids,
             executor=server.intake.pool,
+            step_times=step_times,
         )
 
     def _fail(self, exc: BaseException) -> TokenRelayError:
@@ -159,29 +161,41 @@ class Run:
         )
         with_ids = gen.return_token_ids
         delta = writer.delta
+        # stream_options.include_step_times: each frame is stamped as it leaves, one clock read per chunk.
+        step_times, origin, clock = gen.step_times, self.started, time.perf_counter
         try:
             self.asked_for_slot = True
             async with server.admission.slot():
                 if with_ids:  # the ids intake tokenized, not a second encode
                     writer.prompt_token_ids(self.prompt_ids)
                 if isinstance(writer, ChatChunkWriter):
-                    yield writer.role()  # the first chunk carries the role, as soon as generation starts
-                async for event in self._stream():
+                    role = writer.role()  # the first chunk carries the role, as soon as generation starts
+                    yield timed_frame(role, origin=origin, sent=clock(), steps=None) if step_times else role
+                async for event in self._stream(step_times):
                     if type(event) is TextDelta:
                         if self.first_at is None:
                             self.first_at = time.perf_counter()
                         self.completion_ids += len(event.token_ids)
-                        yield (
+                        frame = (
                             writer.delta_with_ids(event.text, event.token_ids)
                             if with_ids
                             else delta(event.text)
                         )
+                        if step_times:
+                            frame = timed_frame(frame, origin=origin, sent=clock(), steps=event.steps)
+                        yield frame
                     else:
                         assert isinstance(event, Finished)
                         self.finished = event
-                        yield writer.finish(event.reason, event.token_ids if with_ids else None)
+                        frame = writer.finish(event.reason, event.token_ids if with_ids else None)
+                        if step_times:
+                            frame = timed_frame(frame, origin=origin, sent=clock(), steps=event.steps)
+                        yield frame
                         if gen.include_usage:
-                            yield writer.usage(event.usage)
+                            frame = writer.usage(event.usage)
+                            if step_times:
+                                frame = timed_frame(frame, origin=origin, sent=clock(), steps=None)
+                            yield frame
                         yield DONE
         except Exception as exc:  # after the headers: report it in-stream, then end the stream cleanly
             yield error_event(self._fail(exc))

@@ -110,7 +110,22 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
                 "event": {"type": "string"},
             },
         },
-        "StreamOptions": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+        "StreamOptions": {
+            "type": "object",
+            "properties": {
+                "include_usage": {"type": "boolean"},
+                "include_step_times": {
+                    "type": "boolean",
+                    "description": (
+                        "tokenrelay extension, streams only: every chunk gets a top-level `tokenrelay` object, "
+                        '`{"sent_ms": S, "steps_ms": [[START, END], ...], "source": "engine" | "arrival"}`: ms '
+                        "since the request, when the chunk was sent and when the model step of each token it "
+                        "carries started and ended (`arrival`: the engine does not time its steps, and both "
+                        "are the step's arrival at the server)"
+                    ),
+                },
+            },
+        },
         "TextPart": {
             "type": "object",
             "required": ["type", "text"],

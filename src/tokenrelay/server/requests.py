@@ -40,6 +40,9 @@ _STRICT = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 class StreamOptions(BaseModel):
     model_config = _STRICT
     include_usage: bool = False
+    # tokenrelay's extension (issue 13): each chunk says when the model step of each of its tokens ran and
+    # when the chunk was sent (``_openai.timed_frame``). Like include_usage, it only applies to a stream.
+    include_step_times: bool = False
 
 
 class TextPart(BaseModel):
@@ -120,6 +123,7 @@ class Generation:
     stream: bool
     include_usage: bool
     return_token_ids: bool = False
+    step_times: bool = False
 
 
 def _loads(body: bytes) -> dict[str, Any]:
@@ -340,6 +344,15 @@ def parse_generation(
         max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed
     )
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    step_times = bool(req.stream and req.stream_options and req.stream_options.include_step_times)
     return Generation(
-        kind, req.model, prompt, params, _stops(req.stop), req.stream, include_usage, req.return_token_ids
+        kind,
+        req.model,
+        prompt,
+        params,
+        _stops(req.stop),
+        req.stream,
+        include_usage,
+        req.return_token_ids,
+        step_times,
     )

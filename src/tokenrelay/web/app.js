@@ -11,6 +11,7 @@
 import { BlockRenderer } from './blocks.js';
 import { streamChat } from './chat.js';
 import { createHighlighter } from './code.js';
+import { RelayRecorder, drawLanes, heldText } from './lanes.js';
 import { createMarkdown } from './markdown.js';
 import { SettingsPanel } from './settings.js';
 import { Smoother } from './smoother.js';
@@ -36,6 +37,8 @@ const send = byId('send');
 const stop = byId('stop');
 const historyEl = byId('history');
 const toggleHistory = byId('toggle-history');
+const relayToggle = byId('relay');
+const RELAY_KEY = 'tokenrelay.relay';
 
 const storage = browserStorage();
 const store = new ConversationStore(storage);
@@ -71,6 +74,8 @@ byId('new-chat').addEventListener('click', () => openConversation(store.create()
 byId('open-settings').addEventListener('click', () => panel.open());
 byId('model-name').addEventListener('click', () => panel.open());
 toggleHistory.addEventListener('click', () => showHistory(historyEl.classList.contains('closed')));
+relayToggle.addEventListener('click', () => setRelay(relayToggle.getAttribute('aria-pressed') !== 'true'));
+setRelay(storage.getItem(RELAY_KEY) === 'on');
 conversationEl.addEventListener('scroll', () => {
   pinned = conversationEl.scrollTop + conversationEl.clientHeight >= conversationEl.scrollHeight - 32;
 });
@@ -108,6 +113,9 @@ async function reply() {
   turn.article.classList.add('streaming');
   keepScrolled();
   let stats = null;
+  // The relay toggle: this reply's hops are recorded (and the server asked for step times) only when on.
+  const relayStart = performance.now();
+  const relay = relayOn() ? new RelayRecorder(() => performance.now() - relayStart) : null;
   const view = new MarkdownView({
     container: turn.body,
     renderer: new BlockRenderer(md, { highlight }),
@@ -115,6 +123,7 @@ async function reply() {
     // The live numbers go into the same frame as the text: still one DOM write per frame.
     onWrite: () => {
       if (stats !== null) turn.meta.textContent = liveText(stats);
+      relay?.painted(); // this frame draws everything handed to the view so far
       keepScrolled();
     },
   });
@@ -129,9 +138,12 @@ async function reply() {
     params,
     apiKey: settings.apiKey,
     signal: controller.signal,
-    onDelta: (delta, now) => {
+    stepTimes: relay !== null,
+    now: relay === null ? undefined : () => performance.now() - relayStart,
+    onDelta: (delta, now, hop) => {
       stats = now;
       view.append(delta);
+      relay?.handed(hop);
     },
   });
   await view.end();
@@ -145,6 +157,7 @@ async function reply() {
   setBusy(false);
   if (chat !== conversation) return;
   showOutcome(turn, outcome);
+  if (relay !== null && relay.records.length > 0) showRelay(turn, relay.result());
   addCodeCopyButtons(turn.body);
   addActions(turn, chat.messages.length - 1);
   keepScrolled();
@@ -305,6 +318,25 @@ function renderHistory() {
   });
   list.replaceChildren(...items);
   byId('no-conversations').hidden = items.length > 0;
+}
+
+function relayOn() {
+  return relayToggle.getAttribute('aria-pressed') === 'true';
+}
+
+function setRelay(on) {
+  relayToggle.setAttribute('aria-pressed', String(on));
+  storage.setItem(RELAY_KEY, on ? 'on' : 'off');
+}
+
+/** The reply's lanes under it: the doctor page's drawing, from the model's step to the painted frame. */
+function showRelay(turn, result) {
+  const figure = document.createElement('figure');
+  figure.className = 'relay';
+  const caption = document.createElement('figcaption');
+  caption.textContent = `relay · held max: ${heldText(result.lanes)}`;
+  figure.append(drawLanes(result), caption);
+  turn.article.append(figure);
 }
 
 function showHistory(show) {

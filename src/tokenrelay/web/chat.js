@@ -56,6 +56,7 @@ export class ChunkReader {
     this.done = false; // [DONE] seen
     this.chunks = 0; // chunks that carried content: the token count when the server sends no usage
     this.notChunks = 0; // JSON objects without a choices list (ignored)
+    this.timing = null; // the last chunk's `tokenrelay` field (stream_options.include_step_times), if any
   }
 
   /** @param {{data: string}} event @returns {string} content added by this event */
@@ -81,6 +82,7 @@ export class ChunkReader {
         return this.fail('protocol', 'bad usage from the server');
       this.usage = chunk.usage;
     }
+    this.timing = isObject(chunk.tokenrelay) ? chunk.tokenrelay : null;
     if (!Array.isArray(chunk.choices)) {
       this.notChunks += 1;
       return '';
@@ -112,10 +114,14 @@ export class ChunkReader {
 /**
  * POST one chat request and stream the reply. Never throws: every ending is an Outcome.
  * `params` go into the request body beside model and messages (temperature, max_tokens); `apiKey`, when
- * set, is sent as a bearer token. onDelta gets each piece of text and the stream's numbers so far.
+ * set, is sent as a bearer token. onDelta gets each piece of text, the stream's numbers so far, and its hop
+ * times: {arrive, parse, timing}, when the network chunk holding it arrived (with `stepTimes`, else null)
+ * and when it was parsed (`now` times), and the chunk's server timing (its `tokenrelay` field, asked for
+ * with `stepTimes`) or null.
  * @param {{
  *   model: string, messages: {role: string, content: string}[],
- *   onDelta: (text: string, stats: Stats) => void, params?: object, apiKey?: string,
+ *   onDelta: (text: string, stats: Stats, hop: {arrive: number, parse: number, timing: object|null}) => void,
+ *   params?: object, apiKey?: string, stepTimes?: boolean,
  *   signal?: AbortSignal, url?: string, fetch?: typeof fetch, now?: () => number,
  * }} options
  * @returns {Promise<Outcome>}
@@ -126,6 +132,7 @@ export async function streamChat({
   onDelta,
   params = {},
   apiKey = '',
+  stepTimes = false,
   signal,
   url = '/v1/chat/completions',
   ...io
@@ -164,7 +171,10 @@ export async function streamChat({
         model,
         messages,
         stream: true,
-        stream_options: { include_usage: true },
+        // include_step_times: tokenrelay's extension (the relay lanes); asked for only when they are shown.
+        stream_options: stepTimes
+          ? { include_usage: true, include_step_times: true }
+          : { include_usage: true },
       }),
       signal,
     });
@@ -186,12 +196,14 @@ export async function streamChat({
     for (;;) {
       const { done, value } = await body.read();
       if (done) break;
+      const arrive = stepTimes ? now() : null; // the relay's network arrival; no clock read otherwise
       for (const event of parser.feed(value)) {
         const text = reader.feed(event);
         if (text !== '') {
           lastAt = now();
           firstAt ??= lastAt;
-          onDelta(text, streamStats({ started, firstAt, lastAt, tokens: reader.chunks }));
+          const hop = { arrive, parse: lastAt, timing: reader.timing };
+          onDelta(text, streamStats({ started, firstAt, lastAt, tokens: reader.chunks }), hop);
         }
       }
       if (reader.done || reader.error !== null) {

@@ -8,28 +8,22 @@
 // like the CLI, each send is shifted by the smallest transit of any event, so the fastest event crosses the
 // network lane in zero time and every other event's network lane is how much longer it was held on the way.
 //
-// ?run=1&events=N&cadence_ms=C&seed=S runs at once and leaves the result in window.tokenrelayDoctor (a
-// promise); `tokenrelay doctor URL --browser` calls window.tokenrelayDoctorRun(options) instead.
+// The probe has no model, so its lanes start at the server's send and the model row says so. The chat mode
+// traces a real reply instead: a chat request with stream_options.include_step_times, whose chunks say when
+// the model step of each token ran and when the chunk was sent, so the lanes start at the model's step (the
+// lane maths and drawing are lanes.js, shared with the chat page's "relay" toggle).
+//
+// ?run=1&events=N&cadence_ms=C&seed=S (or ?run=1&mode=chat&prompt=P&max_tokens=N) runs at once and leaves
+// the result in window.tokenrelayDoctor (a promise); `tokenrelay doctor URL --browser` calls
+// window.tokenrelayDoctorRun(options) instead.
 
+import { streamChat } from './chat.js';
+import { LANES, RelayRecorder, alignSends, drawLanes, heldText, laneStats } from './lanes.js';
 import { SSEParser } from './sse.js';
-import { percentile } from './stats.js';
 
-/** The hops after the server's write, each the gap between two of an event's timestamps. */
-export const LANES = [
-  ['network', 'send', 'arrive'],
-  ['parse', 'arrive', 'parse'],
-  ['render', 'parse', 'render'],
-  ['paint', 'render', 'paint'],
-];
-const ROWS = ['send', 'arrive', 'parse', 'render', 'paint'];
-const ROW_NAMES = {
-  send: 'server send',
-  arrive: 'network arrival',
-  parse: 'parsed',
-  render: 'to the DOM',
-  paint: 'painted',
-};
-const SVG = 'http://www.w3.org/2000/svg';
+export { LANES, drawLanes };
+
+const PROBE_NOTE = 'none: the probe has no model (chat mode traces a real reply)';
 const EOLS = { crlf: '\r\n', lf: '\n', cr: '\r' };
 
 const frame = () => new Promise((resolve) => requestAnimationFrame(resolve));
@@ -142,20 +136,11 @@ export async function runDoctor({
   let offset = 0;
   for (const [, c] of chunks) body.set(c, (offset += c.length) - c.length);
   const sends = schedule ? sendTimes(body, plan, schedule) : [];
-  const list = Array.from(timed, ([id, r]) => ({ id, send: sends[id] ?? null, ...r })).sort(
+  const list = Array.from(timed, ([id, r]) => ({ id, step: null, send: sends[id] ?? null, ...r })).sort(
     (a, b) => a.id - b.id,
   );
-  const shift = Math.min(...list.filter((e) => e.send !== null).map((e) => e.arrive - e.send));
-  for (const e of list) if (e.send !== null) e.send += shift;
-  const lanes = {};
-  for (const [lane, from, to] of LANES) {
-    const holds = list.filter((e) => e[from] !== null && e[to] !== null).map((e) => e[to] - e[from]);
-    lanes[lane] = {
-      max_ms: Math.max(0, ...holds),
-      p90_ms: percentile(holds, 90) ?? 0,
-      total_ms: holds.reduce((a, b) => a + b, 0),
-    };
-  }
+  alignSends(list);
+  const lanes = laneStats(list);
   const headers = Object.fromEntries(response.headers.entries());
   const reportResponse = await fetch(new URL('/v1/diagnostics/report', location.href), {
     method: 'POST',
@@ -172,50 +157,61 @@ export async function runDoctor({
     }),
   });
   const report = await reportResponse.json();
-  const result = { plan, headers_ms: headersMs, events: list, lanes, report };
+  const result = { mode: 'probe', plan, headers_ms: headersMs, events: list, lanes, report };
+  result.stepNote = PROBE_NOTE;
   result.svg = new XMLSerializer().serializeToString(drawLanes(result));
   return result;
 }
 
-function svgNode(name, attributes, text) {
-  const node = document.createElementNS(SVG, name);
-  for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, String(value));
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-/** One lane per hop: each event a mark where it was in that hop, joined across hops; held times at left. */
-export function drawLanes(result) {
-  const width = 1000;
-  const left = 250;
-  const rowHeight = 40;
-  const height = rowHeight * ROWS.length + 30;
-  const end = Math.max(1, ...result.events.map((e) => e.paint ?? e.render ?? e.arrive));
-  const x = (t) => left + ((width - left - 10) * t) / end;
-  const y = (row) => 20 + row * rowHeight;
-  const svg = svgNode('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img' });
-  svg.append(svgNode('title', {}, 'where each event was held, hop by hop'));
-  ROWS.forEach((row, i) => {
-    const lane = LANES.find(([, , to]) => to === row);
-    const held = lane ? ` · held max ${result.lanes[lane[0]].max_ms.toFixed(0)} ms` : '';
-    svg.append(svgNode('text', { x: 5, y: y(i) + 4, 'font-size': 13 }, `${ROW_NAMES[row]}${held}`));
-    svg.append(svgNode('line', { x1: left, x2: width - 10, y1: y(i), y2: y(i), stroke: '#ddd' }));
+/**
+ * Trace one real chat reply (the engine's step times included) and return {mode, events, lanes, outcome}.
+ * @param {{prompt?: string, maxTokens?: number, apiKey?: string, textTarget?: Element|null,
+ *          onProgress?: (n: number) => void}} options
+ */
+export async function runChatTrace({
+  prompt = 'Write a short poem about tea.',
+  maxTokens = 64,
+  apiKey = '',
+  textTarget = null,
+  onProgress = () => {},
+} = {}) {
+  const t0 = performance.now();
+  const now = () => performance.now() - t0;
+  const recorder = new RelayRecorder(now);
+  let painting = null;
+  const paintLoop = async () => {
+    // The text handed to the DOM before this callback is painted in this frame.
+    while (recorder.waiting) {
+      await frame();
+      recorder.painted();
+    }
+    painting = null;
+  };
+  const outcome = await streamChat({
+    model: '',
+    messages: [{ role: 'user', content: prompt }],
+    params: { max_tokens: maxTokens, temperature: 0 },
+    apiKey,
+    stepTimes: true,
+    now,
+    onDelta: (text, _stats, hop) => {
+      if (textTarget) textTarget.append(text);
+      recorder.handed(hop);
+      painting ??= paintLoop();
+      onProgress(recorder.records.length);
+    },
   });
-  for (const e of result.events) {
-    const points = ROWS.map((row, i) => (e[row] === null ? null : `${x(e[row]).toFixed(1)},${y(i)}`));
-    const drawn = points.filter((p) => p !== null);
-    svg.append(
-      svgNode('polyline', { points: drawn.join(' '), fill: 'none', stroke: '#4a7bd0', 'stroke-width': 1 }),
-    );
-  }
-  svg.append(
-    svgNode(
-      'text',
-      { x: width - 10, y: height - 5, 'font-size': 12, 'text-anchor': 'end' },
-      `${end.toFixed(0)} ms`,
-    ),
-  );
-  return svg;
+  await (painting ?? Promise.resolve());
+  if (outcome.status !== 'finished') throw new Error(`chat: ${outcome.status}: ${outcome.error ?? ''}`);
+  const result = { mode: 'chat', ...recorder.result() };
+  const { content: _content, ...summary } = outcome;
+  result.outcome = summary;
+  result.report = {
+    ok: true,
+    checks: [{ status: 'INFO', check: 'relay', message: `held per hop (max): ${heldText(result.lanes)}` }],
+  };
+  result.svg = new XMLSerializer().serializeToString(drawLanes(result));
+  return result;
 }
 
 function drawChecks(table, report) {
@@ -255,8 +251,9 @@ function show(result) {
   document.getElementById('lanes').replaceChildren(drawLanes(result));
   drawChecks(document.getElementById('checks'), result.report);
   const failed = !result.report.ok;
+  const what = result.mode === 'chat' ? 'chat reply' : `seed ${result.plan.seed}`;
   document.getElementById('state').textContent =
-    `${failed ? 'FAILED' : 'OK'} · seed ${result.plan.seed} · ${result.events.length} events`;
+    `${failed ? 'FAILED' : 'OK'} · ${what} · ${result.events.length} events`;
   const button = document.getElementById('export');
   button.disabled = false;
   button.onclick = () => exportTrace(result);
@@ -267,7 +264,7 @@ async function run(options) {
   document.getElementById('text').replaceChildren();
   state.textContent = 'running…';
   try {
-    const result = await runDoctor({
+    const result = await (options.mode === 'chat' ? runChatTrace : runDoctor)({
       ...options,
       textTarget: document.getElementById('text'),
       onProgress: (n) => (state.textContent = `running… ${n} events`),
@@ -286,6 +283,8 @@ document.getElementById('options').addEventListener('submit', (event) => {
   event.preventDefault();
   const seed = document.getElementById('seed').value;
   run({
+    mode: document.getElementById('mode').value,
+    prompt: document.getElementById('prompt').value || undefined,
     events: Number(document.getElementById('events').value),
     cadenceMs: Number(document.getElementById('cadence').value),
     seed: seed === '' ? null : Number(seed),
@@ -294,6 +293,9 @@ document.getElementById('options').addEventListener('submit', (event) => {
 });
 if (query.get('run') === '1') {
   window.tokenrelayDoctor = run({
+    mode: query.get('mode') ?? 'probe',
+    prompt: query.get('prompt') ?? undefined,
+    maxTokens: Number(query.get('max_tokens') ?? 64),
     events: Number(query.get('events') ?? 60),
     cadenceMs: Number(query.get('cadence_ms') ?? 50),
     seed: query.has('seed') ? Number(query.get('seed')) : null,
