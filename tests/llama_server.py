@@ -99,3 +99,56 @@ def running_llama_server(
                 return
             server.stop()
         raise AssertionError(f"llama-server did not start:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+# -- recording: `PYTHONPATH=src python tests/llama_server.py` rewrites tests/data/upstream/llama-server-*.json ----
+
+RECORD_CASES: list[tuple[str, str | list[dict[str, str]], int]] = [
+    ("/v1/chat/completions", [{"role": "user", "content": "Write a happy message with three emoji."}], 40),
+    ("/v1/chat/completions", [{"role": "user", "content": "Write a happy message with three emoji."}], 7),
+    ("/v1/chat/completions", [{"role": "user", "content": "How do you say 'thank you' in Japanese?"}], 48),
+    ("/v1/chat/completions", [{"role": "user", "content": "Say hi."}], 100),
+    ("/v1/completions", "The three primary colours are", 24),
+]
+
+
+def record() -> Path:
+    """Stream each case from a real llama-server as tokenrelay asks for it, with its own non-streamed reply."""
+    import json
+
+    from tokenrelay.engines._upstream_wire import request
+
+    cases = []
+    with running_llama_server() as server:
+        version = httpx.get(server.url + "/props", timeout=5).json().get("build_info", "unknown")
+        for path, prompt, max_tokens in RECORD_CASES:
+            _, body = request(
+                "llamacpp", prompt, model="smol", max_tokens=max_tokens, temperature=0.0, top_p=1.0, seed=None
+            )
+            # The model is named by its path on the recording machine: keep only its file name.
+            model = resolve_model_path("smollm2")
+            stream = httpx.post(server.url + path, json=body, timeout=120).text.replace(
+                str(model), model.name
+            )
+            whole = httpx.post(server.url + path, json={**body, "stream": False}, timeout=120).json()
+            choice = whole["choices"][0]
+            reply = choice["message"]["content"] if "message" in choice else choice["text"]
+            cases.append(
+                {
+                    "path": path,
+                    "request": body,
+                    "reply": reply,
+                    "finish_reason": choice["finish_reason"],
+                    "usage": {k: whole["usage"][k] for k in ("prompt_tokens", "completion_tokens")},
+                    "stream": stream,
+                }
+            )
+    out = Path(__file__).parent / "data" / "upstream" / f"llama-server-{version}.json"
+    server_name = f"llama.cpp llama-server {version} (llama-cpp-python 0.3.36's sources, `make llama-server`)"
+    document = {"server": server_name + ", SmolLM2-135M-Instruct Q4_1 GGUF", "cases": cases}
+    out.write_text(json.dumps(document, ensure_ascii=False, indent=1) + "\n", "utf-8")
+    return out
+
+
+if __name__ == "__main__":
+    print(record())
