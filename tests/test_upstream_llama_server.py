@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from llama_server import LlamaServer, running_llama_server
+from llama_server import LlamaServer, llama_server_binary, running_llama_server
 from server_helpers import ServerProcess, serve_process
 
 # Prompts whose greedy replies carry multi-byte characters: 3-token emoji, Japanese, Devanagari; one that ends
@@ -200,3 +201,13 @@ def test_failover_when_a_replica_goes_down_and_health_shows_it() -> None:
             whole_chat(url, content, max_tokens)  # not streamed: a 500
         with pytest.raises(openai.APIError, match="every upstream replica failed"):
             relayed_chat(url, content, max_tokens)  # streamed: the stream had opened, an error event ends it
+
+
+def test_a_missing_binary_skips_here_but_fails_in_ci(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TOKENRELAY_LLAMA_SERVER", str(tmp_path / "no-llama-server"))
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="make llama-server"):
+        llama_server_binary()
+    monkeypatch.setenv("CI", "true")  # CI must run these tests: no silent skip there
+    with pytest.raises(pytest.fail.Exception, match="CI must run"):
+        llama_server_binary()
