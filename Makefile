@@ -25,7 +25,7 @@ LLAMA_SERVER := $(HOME)/.cache/tokenrelay/llama-server/llama-server
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
 	cmake
 
-.PHONY: install test check bench bench-engine llama-server serve clean test-vllm bench-vllm
+.PHONY: install test check bench bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -101,6 +101,10 @@ llama-server: $(LLAMA_SERVER)
 
 bench-engine: install $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/engine_concurrency.py --llama-server $(LLAMA_SERVER)
+
+# tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
+bench-upstream: install $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/scale_out.py --backend llama-server --llama-server $(LLAMA_SERVER)
 
 serve: $(STAMP) $(NODE_STAMP)
 	$(BIN)/tokenrelay serve
