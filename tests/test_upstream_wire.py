@@ -184,6 +184,12 @@ def test_sglang_reader_takes_a_live_cumulative_list_that_ran_ahead_of_its_count(
             for d in deltas
         ]
         assert [i for chunk in out for i in chunk.token_ids] == reply
+    # A final delta whose count also counts an id it left out (a trimmed stop) is still new ids.
+    reader = SGLangReader()
+    reader.feed(sglang_event(reply[:3], 3))
+    assert reader.feed(sglang_event(reply[3:6], 7, {"type": "stop", "matched": EOS})).token_ids == tuple(
+        reply[3:6]
+    )
 
 
 def test_sglang_abort_finish_is_the_servers_error() -> None:

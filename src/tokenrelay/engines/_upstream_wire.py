@@ -169,11 +169,11 @@ class SGLangReader:
     """SGLang's native ``/generate`` stream, cumulative or incremental ``output_ids``.
 
     Which one a server sends is its start-up flag, not the request's, so it is read from the stream: an
-    incremental event's ``meta_info.completion_tokens`` counts the ids seen before it plus its own. It cannot be
-    the length of the event's ids alone: a cumulative event's ``output_ids`` is the server's live list, which
-    may already hold ids that its count does not (SGLang serializes it after the count was taken), so the count
-    is never compared with a cumulative list, only with the ids passed on. Without a count, a list that starts
-    with every id seen so far is cumulative. A finish of type ``abort`` is the server's error.
+    incremental event's ``meta_info.completion_tokens`` counts the ids seen before it plus its own. The count
+    is never compared with a cumulative list's length: that list is the server's live one, which may already
+    hold ids its count does not (SGLang serializes it after the count was taken). Otherwise (no count, or one
+    that disagrees, as when a final delta leaves out a trimmed stop id), a list that starts with every id seen
+    so far is cumulative. A finish of type ``abort`` is the server's error.
     """
 
     text_protocol = False
@@ -190,12 +190,9 @@ class SGLangReader:
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         seen = len(self._ids)
         total = meta.get("completion_tokens")
-        if not seen:
-            incremental = True  # the two agree while nothing was seen
-        elif type(total) is int:
-            incremental = total == seen + len(ids)
-        else:
-            incremental = list(ids[:seen]) != self._ids
+        # While nothing was seen the two agree; a count of the ids seen plus these is incremental (a cumulative
+        # list is at least as long as its count); else a list that repeats the reply so far is cumulative.
+        incremental = not seen or total == seen + len(ids) or list(ids[:seen]) != self._ids
         new = ids if incremental else ids[seen:]
         self._ids.extend(new)
         finish = meta.get("finish_reason")
