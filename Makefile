@@ -19,11 +19,13 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 LLAMA_WHEELS := $(HOME)/.cache/tokenrelay/llama-wheels/$(LLAMA_CPP_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-12)
 LLAMA_STAMP := $(VENV)/.llama-$(LLAMA_CPP_VERSION)-$(notdir $(LLAMA_WHEELS))
+LLAMA_SERVER := $(HOME)/.cache/tokenrelay/llama-server/llama-server
 # Debian packages the tests drive for real: nginx, Apache, HAProxy, Caddy and Varnish (the doctor's proxy tests),
-# Chromium (the page), fonts to render the corpus.
-SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl
+# Chromium (the page), fonts to render the corpus; CMake builds llama.cpp's own llama-server (make llama-server).
+SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
+	cmake
 
-.PHONY: install test check bench bench-engine llama-server serve clean test-vllm bench-vllm
+.PHONY: install test check bench bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -62,7 +64,9 @@ $(SYSTEM_STAMP): | $(BIN)/python
 
 install: $(STAMP) $(NODE_STAMP) $(SYSTEM_STAMP)
 
-test: install
+# The tests relay from the real llama-server too (tests/test_upstream_llama_server.py): built here when missing,
+# about 7 minutes on 2 cores, once per machine (it is kept in ~/.cache/tokenrelay/llama-server/).
+test: install $(LLAMA_SERVER)
 	$(BIN)/python -m pytest
 	node --test tests/web/
 	node --test tests/e2e/
@@ -81,10 +85,9 @@ bench: install
 	$(BIN)/python benchmarks/server_load.py
 	node benchmarks/render/run.js
 
-# llama.cpp's own server, for the side-by-side engine benchmark (and tests that relay from it): built once from
-# the llama.cpp sources inside the same llama-cpp-python sdist, with the same portable flags (~7 min on 2 cores).
-LLAMA_SERVER := $(HOME)/.cache/tokenrelay/llama-server/llama-server
-$(LLAMA_SERVER): | $(BIN)/python
+# llama.cpp's own server, for the side-by-side benchmarks and the tests that relay from it: built once from the
+# llama.cpp sources inside the same llama-cpp-python sdist, with the same portable flags (~7 min on 2 cores).
+$(LLAMA_SERVER): | $(BIN)/python $(SYSTEM_STAMP)
 	@set -e; tmp=$$(mktemp -d); \
 	$(BIN)/python -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_CPP_VERSION); \
 	tar -xzf $$tmp/llama_cpp_python-*.tar.gz -C $$tmp; \
@@ -98,6 +101,10 @@ llama-server: $(LLAMA_SERVER)
 
 bench-engine: install $(LLAMA_SERVER)
 	$(BIN)/python benchmarks/engine_concurrency.py --llama-server $(LLAMA_SERVER)
+
+# tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
+bench-upstream: install $(LLAMA_SERVER)
+	$(BIN)/python benchmarks/scale_out.py --backend llama-server --llama-server $(LLAMA_SERVER)
 
 serve: $(STAMP) $(NODE_STAMP)
 	$(BIN)/tokenrelay serve

@@ -1,15 +1,20 @@
-"""Scale-out: tokenrelay in front of vLLM vs vLLM's own OpenAI server, same model, 1 / 4 / 8 streams.
+"""Scale-out: tokenrelay in front of an engine server vs that server alone, same model, 1 / 4 / 8 streams.
 
-Three servers over the same SmolLM2-135M-Instruct HF copy (bf16, eager), measured in interleaved rounds:
+``--backend vllm`` (the default; ``make bench-vllm``, in the vLLM venv): three servers over the same
+SmolLM2-135M-Instruct HF copy (bf16, eager), measured in interleaved rounds:
 
 - ``vllm``: vLLM's own OpenAI server (``python -m vllm.entrypoints.openai.api_server``), the baseline;
 - ``upstream``: ``tokenrelay serve --engine upstream --upstream <that server>`` (ids relayed and detokenized);
 - ``in-process``: ``tokenrelay serve --engine vllm`` (vLLM's AsyncLLM inside tokenrelay).
 
+``--backend llama-server`` (``make bench-upstream``, the main venv): llama.cpp's own ``llama-server`` (built by
+``make llama-server``) over the embedded SmolLM2 GGUF, the baseline, and ``upstream``: ``tokenrelay serve
+--engine upstream --upstream-protocol llamacpp`` in front of it (its text deltas relayed).
+
 For each, N concurrent streamed chat requests (distinct prompts, temperature 0): aggregate completion
 tokens/s over the wall time of the batch, and TTFT (request sent → first content byte) per stream. Every
-stream's text must equal vLLM's own non-streamed reply to the same request. Prints medians over the rounds,
-side by side, with ratios to the baseline. Needs the vLLM venv: ``make bench-vllm``.
+stream's text must equal the baseline's own non-streamed reply to the same request. Prints medians over the
+rounds, side by side, with ratios to the baseline and the TTFT overhead in ms.
 """
 
 from __future__ import annotations
@@ -128,52 +133,89 @@ def references(url: str, model: str, max_tokens: int) -> list[str]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--levels", default="1,4,8")
-    args = parser.parse_args()
-    levels = [int(n) for n in args.levels.split(",")]
-    sys.path.insert(0, str(ROOT / "src"))
+DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "tokenrelay" / "llama-server" / "llama-server"
+
+
+def vllm_servers(ports: dict[str, int]) -> dict[str, tuple[list[str], str]]:
+    """name → (command, model to ask for); the first is the baseline."""
     from tokenrelay.engines.vllm import smollm2_hf_dir
 
     model_dir = smollm2_hf_dir(print)
-    logs = Path(os.environ.get("TMPDIR", "/tmp"))
-    ports = {name: free_port() for name in ("vllm", "upstream", "in-process")}
     py = sys.executable
+    vllm_cmd = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+    vllm_cmd += ["--served-model-name", "smol", "--port", str(ports["vllm"]), *VLLM_FLAGS]
+    vllm_url = f"http://127.0.0.1:{ports['vllm']}"
+    up_cmd = [py, "-m", "tokenrelay", "serve", "--engine", "upstream", "--upstream", vllm_url]
+    up_cmd += ["--model", "smol", "--tokenizer", str(model_dir), "--port", str(ports["upstream"])]
+    in_cmd = [py, "-m", "tokenrelay", "serve", "--engine", "vllm", "--model", "smollm2", *VLLM_FLAGS]
+    in_cmd += ["--port", str(ports["in-process"])]
+    quiet = ["--log-level", "warning"]
+    return {
+        "vllm": (vllm_cmd, "smol"),
+        "upstream": ([*up_cmd, *quiet], "smol"),
+        "in-process": ([*in_cmd, *quiet], "SmolLM2-135M-Instruct"),
+    }
+
+
+def llama_servers(
+    ports: dict[str, int], binary: Path, parallel: int, threads: int
+) -> dict[str, tuple[list[str], str]]:
+    """llama-server (the baseline) and tokenrelay in front of it, relaying its text deltas."""
+    from tokenrelay.engines.llamacpp import resolve_model_path
+
+    if not binary.is_file():
+        raise SystemExit(f"no llama-server at {binary}: run `make llama-server` (about 7 minutes on 2 cores)")
+    gguf = resolve_model_path("smollm2")
+    ls_cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(ports["llama-server"])]
+    ls_cmd += ["--parallel", str(parallel), "-c", str(2048 * parallel)]
+    ls_cmd += ["-t", str(threads), "-tb", str(threads), "--no-webui"]
+    up_cmd = [sys.executable, "-m", "tokenrelay", "serve", "--engine", "upstream", "--upstream-protocol"]
+    up_cmd += ["llamacpp", "--upstream", f"http://127.0.0.1:{ports['llama-server']}", "--model", "smol"]
+    up_cmd += ["--tokenizer", str(gguf), "--port", str(ports["upstream"]), "--log-level", "warning"]
+    return {"llama-server": (ls_cmd, "smol"), "upstream": (up_cmd, "smol")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", choices=("vllm", "llama-server"), default="vllm")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--levels", default="1,4,8")
+    parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER, help="its binary")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="llama-server's threads")
+    args = parser.parse_args()
+    levels = [int(n) for n in args.levels.split(",")]
+    sys.path.insert(0, str(ROOT / "src"))
+    logs = Path(os.environ.get("TMPDIR", "/tmp"))
+    if args.backend == "vllm":
+        ports = {name: free_port() for name in ("vllm", "upstream", "in-process")}
+        plan = vllm_servers(ports)
+    else:
+        ports = {name: free_port() for name in ("llama-server", "upstream")}
+        plan = llama_servers(ports, args.llama_server, max(levels), args.threads)
+    baseline = next(iter(plan))
     procs = []
     try:
-        print("starting vLLM's OpenAI server…", flush=True)
-        vllm_cmd = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
-        vllm_cmd += ["--served-model-name", "smol", "--port", str(ports["vllm"]), *VLLM_FLAGS]
-        procs.append(start(vllm_cmd, ports["vllm"], logs / "scale_out-vllm.log"))
-        vllm_url = f"http://127.0.0.1:{ports['vllm']}"
-        print("starting tokenrelay --engine upstream…", flush=True)
-        up_cmd = [py, "-m", "tokenrelay", "serve", "--engine", "upstream", "--upstream", vllm_url]
-        up_cmd += ["--model", "smol", "--tokenizer", str(model_dir), "--port", str(ports["upstream"])]
-        up_cmd += ["--log-level", "warning"]
-        procs.append(start(up_cmd, ports["upstream"], logs / "scale_out-upstream.log"))
-        print("starting tokenrelay --engine vllm…", flush=True)
-        in_cmd = [py, "-m", "tokenrelay", "serve", "--engine", "vllm", "--model", "smollm2"]
-        in_cmd += ["--port", str(ports["in-process"]), "--log-level", "warning", *VLLM_FLAGS]
-        procs.append(start(in_cmd, ports["in-process"], logs / "scale_out-in-process.log"))
-        models = {"vllm": "smol", "upstream": "smol", "in-process": "SmolLM2-135M-Instruct"}
+        for name, (command, _) in plan.items():
+            print(f"starting {name}…", flush=True)
+            procs.append(start(command, ports[name], logs / f"scale_out-{name}.log"))
+        models = {name: model for name, (_, model) in plan.items()}
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
 
-        expected = references(vllm_url, "smol", args.max_tokens)
+        expected = references(urls[baseline], models[baseline], args.max_tokens)
         for name in ports:  # warm-up, and the exactness check at one stream
             asyncio.run(batch(urls[name], models[name], 1, 8))
         samples: dict[tuple[str, int], list[tuple[float, float]]] = {}
         mismatches = 0
         # CPU of each server's own process during its own batches: vLLM's engine core is a child process that
-        # is still running, so it is not counted; what is left is each front end's cost per token.
+        # is still running, so it is not counted; what is left is each front end's cost per token (llama-server
+        # is one process: its number is the engine's whole cost).
         pids = {name: proc.pid for name, proc in zip(ports, procs, strict=True)}
         cpu = dict.fromkeys(ports, 0.0)
         counted = dict.fromkeys(ports, 0)
         for _ in range(args.rounds):
             for n in levels:
-                for name in ports:  # interleaved, so machine noise hits all three alike
+                for name in ports:  # interleaved, so machine noise hits them all alike
                     before = cpu_seconds(pids[name])
                     rate, ttft, texts, tokens = asyncio.run(
                         batch(urls[name], models[name], n, args.max_tokens)
@@ -185,23 +227,25 @@ def main() -> None:
 
         print(f"\nmax_tokens {args.max_tokens}, temperature 0, medians of {args.rounds} rounds")
         print(
-            f"{'streams':>7} | {'server':<11} | {'tok/s':>7} | {'ratio':>5} | {'TTFT p50':>9} | {'overhead':>8}"
+            f"{'streams':>7} | {'server':<12} | {'tok/s':>7} | {'ratio':>5} | {'TTFT p50':>9} | {'overhead':>8}"
         )
         for n in levels:
-            base_rate = statistics.median(s[0] for s in samples["vllm", n])
-            base_ttft = statistics.median(s[1] for s in samples["vllm", n])
+            base_rate = statistics.median(s[0] for s in samples[baseline, n])
+            base_ttft = statistics.median(s[1] for s in samples[baseline, n])
             for name in ports:
                 rate = statistics.median(s[0] for s in samples[name, n])
                 ttft = statistics.median(s[1] for s in samples[name, n])
                 print(
-                    f"{n:>7} | {name:<11} | {rate:7.1f} | {rate / base_rate:5.2f} | {ttft * 1000:7.1f}ms"
+                    f"{n:>7} | {name:<12} | {rate:7.1f} | {rate / base_rate:5.2f} | {ttft * 1000:7.1f}ms"
                     f" | {(ttft - base_ttft) * 1000:+6.1f}ms"
                 )
-        print("\nfront-end CPU per token (the server's own process, vLLM's engine core excluded):")
+        print(
+            "\nCPU per token of each server's own process (vLLM's engine core excluded; llama-server: all of it):"
+        )
         for name in ports:
-            print(f"  {name:<11} {cpu[name] / max(counted[name], 1) * 1e6:6.0f} µs ({counted[name]} tokens)")
+            print(f"  {name:<12} {cpu[name] / max(counted[name], 1) * 1e6:6.0f} µs ({counted[name]} tokens)")
         total = args.rounds * sum(levels) * len(ports)
-        print(f"\nexact: {total - mismatches}/{total} streams equal vLLM's own non-streamed reply")
+        print(f"\nexact: {total - mismatches}/{total} streams equal {baseline}'s own non-streamed reply")
         if mismatches:
             raise SystemExit(1)
     finally:

@@ -225,3 +225,50 @@ def test_cli_passes_vllms_parallel_options_through(monkeypatch: pytest.MonkeyPat
         "seed": None,
         "on_progress": seen["on_progress"],
     }
+
+
+def test_health_lists_the_replicas_and_is_503_when_none_is_up() -> None:
+    app, _ = replay_app(TEXT, rate=None)
+    dead = dead_url()
+    with serve(app) as upstream, front([upstream, dead]) as (url, engine):
+        health = httpx.get(url + "/health")  # the first look probes every replica
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        replicas = health.json()["replicas"]
+        assert [(r["url"], r["healthy"]) for r in replicas] == [(upstream, True), (dead, False)]
+        assert replicas[0]["last_error"] is None and "health" in replicas[1]["last_error"]
+        assert chat_text(url) == TEXT
+        assert httpx.get(url + "/health").json()["replicas"][0]["requests"] == 1
+        engine.replicas[0].down("pretend")  # as a failed request or health check leaves it
+        health = httpx.get(url + "/health")
+        assert health.status_code == 503 and health.json()["status"] == "no healthy replica"
+    with front([dead_url()]) as (url, _):
+        assert httpx.get(url + "/health").status_code == 503
+
+
+def test_the_engines_package_declares_every_engine_and_imports_none() -> None:
+    import subprocess
+    import sys
+
+    from tokenrelay import engines
+    from tokenrelay.cli import build_parser
+
+    parser = build_parser()  # the CLI offers exactly the declared engines, the first by default
+    assert parser.parse_args(["serve"]).engine == next(iter(engines.ENGINES)) == "llamacpp"
+    assert [parser.parse_args(["serve", "--engine", n]).engine for n in engines.ENGINES] == list(
+        engines.ENGINES
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--engine", "nope"])
+    for name, (module, cls) in engines.ENGINES.items():
+        assert engines.engine_class(name) is getattr(engines, cls)
+        assert getattr(engines, cls).__module__ == module and cls in engines.__all__
+    assert engines.__all__ == sorted(engines.__all__, key=lambda n: (not n.isupper(), n))
+    code = (
+        "import sys, tokenrelay.engines as e; "
+        "assert not [m for m in sys.modules if m.startswith('tokenrelay.engines.') and m[19:] in "
+        "('llamacpp', 'replay', 'upstream', 'vllm')], sorted(sys.modules); "
+        "e.VLLMEngine, e.LlamaCppEngine; assert 'vllm' not in sys.modules and 'llama_cpp' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with pytest.raises(ValueError, match="unknown engine"):
+        engines.engine_class("nope")

@@ -1,9 +1,11 @@
-"""The SGLang, TGI and llama.cpp-server protocols, on streams built in each server's documented shapes.
+"""The upstream protocols on streams served over a real uvicorn socket and relayed through ``UpstreamEngine``
+and tokenrelay's own detokenizer and stop matcher.
 
-These engines cannot run here, so their streams are written out as they send them (SGLang's ``/generate``
-with cumulative and with incremental ``output_ids``, TGI's ``/generate_stream`` events, llama.cpp's server
-chat chunks with a multi-token emoji arriving as one chunk), served over a real uvicorn socket, and relayed
-through ``UpstreamEngine`` and tokenrelay's own detokenizer and stop matcher.
+SGLang and TGI cannot run here: their streams are written out in the shapes their documentation and source
+give (SGLang's ``/generate`` with cumulative and with incremental ``output_ids``, TGI's ``/generate_stream``
+events). The ``openai`` reader also reads streams recorded from vLLM 0.32, and the ``llamacpp`` reader streams
+recorded from the real llama-server (``tests/data/upstream/``; ``tests/test_upstream_llama_server.py`` runs
+against the binary itself when it is built).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -20,10 +23,10 @@ from starlette.routing import Route
 
 from _uvicorn import serve
 from tokenrelay import load_tokenizer
-from tokenrelay._errors import InvalidRequestError, ProtocolError, RateLimitError
+from tokenrelay._errors import InvalidRequestError, ProtocolError, RateLimitError, TokenRelayError
 from tokenrelay._stream import Finished, TextDelta
 from tokenrelay.engines import SamplingParams, stream_events
-from tokenrelay.engines._upstream_wire import OpenAITokenReader, SGLangReader
+from tokenrelay.engines._upstream_wire import LlamaCppTextReader, OpenAITokenReader, SGLangReader
 from tokenrelay.engines.upstream import UpstreamEngine
 
 TOK = load_tokenizer("smollm2")
@@ -158,14 +161,53 @@ def test_sglang_reader_reads_cumulative_and_incremental_ids_alike() -> None:
         assert ids == [*IDS, EOS]
 
 
-async def test_llamacpp_server_text_is_relayed_with_our_stops(
+def sglang_event(ids: list[int], completion_tokens: int | None, finish: object = None) -> str:
+    meta: dict[str, object] = {"id": "r", "prompt_tokens": 4, "finish_reason": finish}
+    if completion_tokens is not None:
+        meta["completion_tokens"] = completion_tokens
+    return json.dumps({"text": None, "output_ids": ids, "meta_info": meta})
+
+
+def test_sglang_reader_takes_a_live_cumulative_list_that_ran_ahead_of_its_count() -> None:
+    # SGLang's cumulative events pass its live id list, serialized after the count was taken: the list may
+    # hold more ids than meta_info.completion_tokens says. Such an event is still cumulative, never new ids.
+    reply = IDS[:6]
+    events = [([reply[0]], 1), (reply[:4], 2), (reply[:5], 4), (reply, 6)]
+    reader = SGLangReader()
+    assert [i for ids, n in events for i in reader.feed(sglang_event(ids, n)).token_ids] == reply
+    # Incremental deltas coalesced by the server (several ids in one event) are new ids, counts or not.
+    for counted in (True, False):
+        reader = SGLangReader()
+        deltas = [reply[:1], reply[1:3], reply[3:6]]
+        out = [
+            reader.feed(sglang_event(d, len(reply[: reply.index(d[-1]) + 1]) if counted else None))
+            for d in deltas
+        ]
+        assert [i for chunk in out for i in chunk.token_ids] == reply
+    # A final delta whose count also counts an id it left out (a trimmed stop) is still new ids.
+    reader = SGLangReader()
+    reader.feed(sglang_event(reply[:3], 3))
+    assert reader.feed(sglang_event(reply[3:6], 7, {"type": "stop", "matched": EOS})).token_ids == tuple(
+        reply[3:6]
+    )
+
+
+def test_sglang_abort_finish_is_the_servers_error() -> None:
+    abort = {"type": "abort", "message": "prompt too long", "status_code": 400, "err_type": "BadRequest"}
+    with pytest.raises(InvalidRequestError, match="prompt too long"):
+        SGLangReader().feed(sglang_event([], 0, abort))
+    with pytest.raises(TokenRelayError, match="aborted"):
+        SGLangReader().feed(sglang_event([], 0, {"type": "abort", "status_code": 503}))
+
+
+async def test_llamacpp_server_without_counts_is_relayed_one_token_per_delta(
     recorded: tuple[str, list[dict[str, object]]],
 ) -> None:
     url, seen = recorded
     engine = UpstreamEngine([url], TOK, protocol="llamacpp", model="smol", health_interval=0)
     text, final = await relay(engine, [{"role": "user", "content": "hi"}])
     assert text == TEXT and final.reason == "stop"
-    assert final.usage.completion_tokens == 9  # one per chunk: the emoji's tokens arrived as one
+    assert final.usage.completion_tokens == 9  # no timings in these chunks: one token per chunk
     text, _ = await relay(engine, [{"role": "user", "content": "hi"}], stops=("lla",))
     assert text == "Tea ☕ for 🦙 "  # a stop string across two chunks
     assert "return_token_ids" not in seen[-1] and "stop" not in seen[-1]
@@ -222,3 +264,55 @@ async def test_streams_recorded_from_vllm_relay_to_vllms_own_text(case: dict[str
     first = json.loads(case["stream"].split("\n\n")[0].removeprefix("data: "))
     prompt_ids = first.get("prompt_token_ids") or first["choices"][0]["prompt_token_ids"]
     assert final.usage.prompt_tokens == len(prompt_ids)  # vLLM's count, its chat template included
+
+
+LLAMA_SERVER = Path(__file__).parent / "data" / "upstream" / "llama-server-b1-0c1e570.json"
+
+
+@pytest.mark.parametrize(
+    "case", json.loads(LLAMA_SERVER.read_text("utf-8"))["cases"], ids=lambda c: f"{c['path']}-{c['usage']}"
+)
+async def test_streams_recorded_from_llama_server_relay_to_its_own_reply(case: dict[str, Any]) -> None:
+    request = case["request"]
+    assert (
+        request["timings_per_token"] is True and "return_token_ids" not in request and "stop" not in request
+    )
+    prompt = request.get("messages") or request["prompt"]
+    with serve(recorded_vllm_app(case["stream"])) as url:
+        engine = UpstreamEngine([url], TOK, model="smol", protocol="llamacpp", health_interval=0)
+        params = SamplingParams(max_tokens=request["max_tokens"], temperature=0.0)
+        text, final = "", None
+        async for event in stream_events(engine, prompt, params):
+            if isinstance(event, TextDelta):
+                text += event.text
+            else:
+                final = event
+        await engine.aclose()
+    assert text == case["reply"]  # llama-server's own non-streamed reply
+    assert final is not None and final.reason == case["finish_reason"]
+    # Its counts, also of the tokens that added no text (an emoji's first bytes, the end of sequence).
+    assert final.usage.completion_tokens == case["usage"]["completion_tokens"]
+    assert final.usage.prompt_tokens == case["usage"]["prompt_tokens"]
+
+
+def llamacpp_chunk(content: str | None, predicted: int | None, finish: str | None = None) -> str:
+    chunk: dict[str, Any] = {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+    if content is not None:
+        chunk["choices"][0]["delta"]["content"] = content
+    if predicted is not None:
+        chunk["timings"] = {"prompt_n": 3, "cache_n": 2, "predicted_n": predicted}
+    return json.dumps(chunk)
+
+
+def test_llamacpp_reader_counts_tokens_and_keeps_a_stop_on_the_last_token_a_stop() -> None:
+    reader = LlamaCppTextReader(max_tokens=4)
+    first = reader.feed(llamacpp_chunk("🌟", 3))
+    assert (first.text, first.tokens, first.prompt_tokens) == ("🌟", 3, 5)  # prompt: evaluated + cached
+    assert reader.feed(llamacpp_chunk(None, None, "stop")).finish_reason == "stop"
+    usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}})
+    # The 4th token was the end of sequence: counted, it would reach max_tokens and read as "length".
+    assert reader.feed(usage).tokens == 0
+    reader = LlamaCppTextReader(max_tokens=8)
+    reader.feed(llamacpp_chunk("🌟", 3))
+    reader.feed(llamacpp_chunk(None, None, "length"))
+    assert reader.feed(usage).tokens == 1  # cut inside a character: the token counts, it has no text

@@ -25,6 +25,7 @@ from tokenrelay import __version__
 from tokenrelay._errors import ConfigError, TokenRelayError
 from tokenrelay._extras import missing_extra
 from tokenrelay.doctor import command as doctor_command
+from tokenrelay.engines import ENGINES
 from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def _environment_epilog() -> str:
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     """Options that pick and tune an engine: shared by ``generate``, ``chat`` and ``serve``."""
-    parser.add_argument("--engine", choices=("llamacpp", "replay", "upstream", "vllm"), default="llamacpp")
+    parser.add_argument("--engine", choices=tuple(ENGINES), default=next(iter(ENGINES)))
     parser.add_argument(
         "--model",
         help="llamacpp: 'smollm2' (built in, the default) or a PATH.gguf; vllm: 'smollm2' or an HF model "

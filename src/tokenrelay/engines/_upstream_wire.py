@@ -8,13 +8,18 @@ one streamed generation; a reader per protocol turns each SSE event's data into 
 - ``sglang``: SGLang's native ``POST /generate`` with ``"stream": true``: each event has ``output_ids`` and
   ``meta_info`` (``completion_tokens``, ``prompt_tokens``, ``finish_reason`` ``{"type": ...}``). The ids are
   cumulative (the whole reply so far) unless the server runs with ``--incremental-streaming-output``, when
-  they are the new ones; the reader tells which from ``meta_info.completion_tokens``.
+  they are the new ones (queued deltas coalesced into one event); the reader tells which from the stream.
 - ``tgi``: Text Generation Inference's ``POST /generate_stream``: one event per token, ``token.id``; the last
   event also has ``details.finish_reason`` (``length``, ``eos_token``, ``stop_sequence``).
 - ``llamacpp``: llama.cpp's server. Its streamed ``tokens`` field drops the ids of tokens that end inside a
   UTF-8 character (a 3-token emoji arrives as one chunk with only its last id), so ids from it cannot be
   detokenized exactly: the reader relays its text deltas instead (``choices[0].delta.content`` / ``text``) and
-  tokenrelay applies its own stop strings and framing to them.
+  tokenrelay applies its own stop strings and framing to them. How many tokens each delta stands for comes
+  from ``"timings_per_token": true`` (each chunk's ``timings.predicted_n`` is the count so far) and the final
+  ``usage.completion_tokens``, which also counts the tokens that added no text (the bytes of a character a
+  reply was cut inside, the end-of-sequence token); the first chunk's ``timings`` give the prompt's length
+  (``prompt_n`` evaluated plus ``cache_n`` reused). Checked against llama-server built from llama.cpp as
+  vendored by llama-cpp-python 0.3.36.
 
 Every reader raises the :class:`TokenRelayError` an in-stream error stands for, and :class:`ProtocolError` for
 a chunk that is not what the protocol says.
@@ -45,6 +50,7 @@ class UpstreamChunk:
 
     token_ids: tuple[int, ...] = ()
     text: str = ""
+    tokens: int = 0  # text protocols: how many tokens ``text`` stands for (may be > 0 with no text)
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     done: bool = False  # the stream said it is complete (``[DONE]`` or a final event)
@@ -71,9 +77,11 @@ def request(
             body["max_tokens"] = max_tokens
         if seed is not None:
             body["seed"] = seed
+        body["stream_options"] = {"include_usage": True}
         if protocol == "openai":
             body["return_token_ids"] = True
-            body["stream_options"] = {"include_usage": True}
+        else:  # llama.cpp's server: token counts in every chunk (see LlamaCppTextReader)
+            body["timings_per_token"] = True
         if chat:
             body["messages"] = prompt
             return "/v1/chat/completions", body
@@ -158,12 +166,20 @@ class OpenAITokenReader:
 
 
 class SGLangReader:
-    """SGLang's native ``/generate`` stream, cumulative or incremental ``output_ids``."""
+    """SGLang's native ``/generate`` stream, cumulative or incremental ``output_ids``.
+
+    Which one a server sends is its start-up flag, not the request's, so it is read from the stream: an
+    incremental event's ``meta_info.completion_tokens`` counts the ids seen before it plus its own. The count
+    is never compared with a cumulative list's length: that list is the server's live one, which may already
+    hold ids its count does not (SGLang serializes it after the count was taken). Otherwise (no count, or one
+    that disagrees, as when a final delta leaves out a trimmed stop id), a list that starts with every id seen
+    so far is cumulative. A finish of type ``abort`` is the server's error.
+    """
 
     text_protocol = False
 
     def __init__(self) -> None:
-        self._seen = 0  # ids of the reply passed on so far
+        self._ids: list[int] = []  # the reply's ids passed on so far
 
     def feed(self, data: str) -> UpstreamChunk:
         if data == "[DONE]":
@@ -172,16 +188,26 @@ class SGLangReader:
         ids = _ids(obj.get("output_ids"), "output_ids")
         raw_meta = obj.get("meta_info")
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+        seen = len(self._ids)
         total = meta.get("completion_tokens")
-        # Cumulative (the whole reply so far) or --incremental-streaming-output (only the new ids): the count
-        # says which; the two agree while nothing was seen.
-        cumulative = total == len(ids) and len(ids) >= self._seen
-        new = ids[self._seen :] if cumulative else ids
-        self._seen += len(new)
+        # While nothing was seen the two agree; a count of the ids seen plus these is incremental (a cumulative
+        # list is at least as long as its count); else a list that repeats the reply so far is cumulative.
+        incremental = not seen or total == seen + len(ids) or list(ids[:seen]) != self._ids
+        new = ids if incremental else ids[seen:]
+        self._ids.extend(new)
         finish = meta.get("finish_reason")
         reason = None
         if isinstance(finish, dict):
             kind = finish.get("type")
+            if kind == "abort":
+                status = finish.get("status_code")
+                body = {
+                    "error": {
+                        "message": str(finish.get("message") or "aborted by the server"),
+                        "type": str(finish.get("err_type") or ""),
+                    }
+                }
+                raise error_from_body(status if type(status) is int else 500, json.dumps(body).encode())
             reason = "length" if kind == "length" else "stop" if isinstance(kind, str) else None
         prompt_tokens = meta.get("prompt_tokens")
         return UpstreamChunk(
@@ -220,40 +246,71 @@ class TGIReader:
 
 
 class LlamaCppTextReader:
-    """llama.cpp's server: its text deltas (its ids are incomplete, see the module docstring)."""
+    """llama.cpp's server: its text deltas, each with the number of tokens it stands for (see the module
+    docstring). Tokens that added no text are reported on a chunk of their own (``text == ""``), except that
+    when the server ended the reply itself (``finish_reason`` ``"stop"``) they are held under ``max_tokens``:
+    the end-of-sequence token on the last allowed step must not look like a reply cut short."""
 
     text_protocol = True
+
+    def __init__(self, max_tokens: int | None = None) -> None:
+        self._max_tokens = max_tokens
+        self._counted = 0  # tokens passed on so far
+        self._prompt_told = False
+        self._finish: str | None = None
 
     def feed(self, data: str) -> UpstreamChunk:
         if data == "[DONE]":
             return UpstreamChunk(done=True)
         obj = _object(data)
+        timings = obj.get("timings")
+        timings = timings if isinstance(timings, dict) else {}
         usage = obj.get("usage")
-        prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        usage = usage if isinstance(usage, dict) else {}
+        prompt_tokens = usage.get("prompt_tokens")
+        if not isinstance(prompt_tokens, int) and not self._prompt_told:
+            evaluated, cached = timings.get("prompt_n"), timings.get("cache_n")
+            if type(evaluated) is int and type(cached) is int:
+                prompt_tokens = evaluated + cached
+        if isinstance(prompt_tokens, int):
+            self._prompt_told = True
+        else:
+            prompt_tokens = None
+        total = usage.get("completion_tokens", timings.get("predicted_n"))
         choices = obj.get("choices") or []
-        if not choices:
-            return UpstreamChunk(prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None)
-        choice = choices[0]
-        if not isinstance(choice, dict):
-            raise ProtocolError(f"upstream choice is not an object: {choice!r:.200}")
-        delta = choice.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        finish = choice.get("finish_reason")
+        text = ""
+        if choices:
+            choice = choices[0]
+            if not isinstance(choice, dict):
+                raise ProtocolError(f"upstream choice is not an object: {choice!r:.200}")
+            delta = choice.get("delta")
+            added = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            text = added if isinstance(added, str) else ""
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str):
+                self._finish = finish
+        # A server that sends no counts: one token per delta.
+        tokens = max(0, total - self._counted) if type(total) is int else 1 if text else 0
+        if not text and self._finish == "stop" and self._max_tokens is not None:
+            tokens = max(0, min(tokens, self._max_tokens - 1 - self._counted))
+        self._counted += tokens
         return UpstreamChunk(
-            text=text if isinstance(text, str) else "",
-            finish_reason=finish if isinstance(finish, str) else None,
+            text=text,
+            tokens=tokens,
+            finish_reason=self._finish if choices else None,
+            prompt_tokens=prompt_tokens,
         )
 
 
 Reader: TypeAlias = OpenAITokenReader | SGLangReader | TGIReader | LlamaCppTextReader
 
 
-def reader_for(protocol: Protocol) -> Reader:
-    """A fresh reader for one stream."""
+def reader_for(protocol: Protocol, *, max_tokens: int | None = None) -> Reader:
+    """A fresh reader for one stream (``max_tokens`` as requested: the text protocol's counts need it)."""
     if protocol == "openai":
         return OpenAITokenReader()
     if protocol == "sglang":
         return SGLangReader()
     if protocol == "tgi":
         return TGIReader()
-    return LlamaCppTextReader()
+    return LlamaCppTextReader(max_tokens)

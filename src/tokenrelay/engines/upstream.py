@@ -16,6 +16,8 @@ Replicas (every URL serves the same model):
   which is how every one of these servers learns to abort the request;
 - errors: an upstream 4xx becomes the same OpenAI-shaped error (the client sent something the engine
   refuses), a failure of every replica becomes ``EngineError`` (500) naming the last cause;
+- state: ``health()`` reports each replica's state (the server's ``GET /health`` shows it, and answers 503
+  when no replica is healthy);
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
   (``metrics_collector()`` is a Prometheus collector the server registers).
 """
@@ -116,6 +118,7 @@ class UpstreamEngine:
         self._client: httpx.AsyncClient | None = None
         self._health_task: asyncio.Task[None] | None = None
         self._turn = itertools.count()
+        self._checked = False  # whether health() has probed the replicas yet
         # vLLM, SGLang and TGI never emit the bytes of a character a reply was cut inside; nor, by default, do we.
         self.stranded = stranded
 
@@ -161,7 +164,9 @@ class UpstreamEngine:
             tried.add(replica)
             relayed = False
             try:
-                async with contextlib.aclosing(self._stream(client, replica, path, body)) as steps:
+                async with contextlib.aclosing(
+                    self._stream(client, replica, path, body, params.max_tokens)
+                ) as steps:
                     async for step in steps:
                         relayed = relayed or not isinstance(step, PromptTokens)
                         yield step
@@ -178,7 +183,12 @@ class UpstreamEngine:
                 replica.retried_away += 1
 
     async def _stream(
-        self, client: httpx.AsyncClient, replica: Replica, path: str, body: dict[str, object]
+        self,
+        client: httpx.AsyncClient,
+        replica: Replica,
+        path: str,
+        body: dict[str, object],
+        max_tokens: int | None,
     ) -> AsyncGenerator[Step, None]:
         replica.active += 1
         replica.requests += 1
@@ -199,7 +209,7 @@ class UpstreamEngine:
                         raise _Retry(error.message)
                     raise error
                 replica.healthy = True  # it answers: whatever a health check said, it is up
-                reader = reader_for(self.protocol)
+                reader = reader_for(self.protocol, max_tokens=max_tokens)
                 parser = SSEParser()
                 chunks = response.aiter_bytes()
                 try:
@@ -211,17 +221,23 @@ class UpstreamEngine:
                             if chunk.prompt_tokens is not None and not prompt_told:
                                 prompt_told = True  # the replica's own count (its chat template, its BOS)
                                 yield PromptTokens(chunk.prompt_tokens)
-                            if chunk.token_ids or chunk.text:
+                            if chunk.token_ids or chunk.text or chunk.tokens:
                                 if first:
                                     replica.ttft.append(time.perf_counter() - started)
                                     first = False
-                                replica.tokens += len(chunk.token_ids) or 1
-                                yield TextStep(chunk.text) if reader.text_protocol else chunk.token_ids
+                                if reader.text_protocol:
+                                    replica.tokens += chunk.tokens
+                                    yield TextStep(chunk.text, chunk.tokens)
+                                else:
+                                    replica.tokens += len(chunk.token_ids)
+                                    yield chunk.token_ids
                             if chunk.done:
                                 return
                 except (GeneratorExit, asyncio.CancelledError):
                     if not ended:
-                        replica.cancelled += 1  # the client left: leaving this block closes the request
+                        # The client left, or our stop string ended the reply: leaving this block closes the
+                        # request, and the replica stops generating it.
+                        replica.cancelled += 1
                     else:  # finished: read the usage and [DONE] so the connection can be reused
                         with contextlib.suppress(Exception):
                             await asyncio.wait_for(_drain(chunks), 1.0)
@@ -267,6 +283,28 @@ class UpstreamEngine:
 
         await asyncio.gather(*(probe(r) for r in self.replicas))
 
+    async def health(self) -> dict[str, object]:
+        """Each replica's state, for the server's ``GET /health`` (503 when ``healthy`` is false: no replica
+        is up). The first call checks every replica, so a front that has served nothing yet reports what it
+        found, not what it assumed; later calls report the health loop's latest view."""
+        if not self._checked:
+            self._checked = True
+            await self.check_health()
+        else:
+            self._ensure_started()
+        replicas = [
+            {
+                "url": r.url,
+                "healthy": r.healthy,
+                "active": r.active,
+                "requests": r.requests,
+                "failures": r.failures,
+                "last_error": r.last_error or None,
+            }
+            for r in self.replicas
+        ]
+        return {"healthy": any(r.healthy for r in self.replicas), "replicas": replicas}
+
     async def _health_loop(self) -> None:
         while True:
             with contextlib.suppress(Exception):
@@ -305,7 +343,8 @@ class _ReplicaCollector:
             "failures": "Requests or health checks that failed on the replica",
             "retried_away": "Requests moved to another replica after failing here before a token",
             "tokens": "Token ids relayed from the replica",
-            "cancelled": "Requests on the replica closed because the client left",
+            "cancelled": "Requests on the replica closed before it finished them (the client left, or a stop "
+            "string ended the reply)",
         }
         for name, doc in counters.items():
             family = CounterMetricFamily(f"tokenrelay_upstream_{name}", doc, labels=["replica"])

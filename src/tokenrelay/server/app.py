@@ -253,7 +253,14 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
             "active": server.admission.active,
             "queued": server.admission.waiting,
         }
-        return JSONResponse(body, status_code=503 if server.draining else 200)
+        down = server.draining
+        replicas = getattr(engine, "health", None)  # an engine in front of others (upstream): their state
+        if replicas is not None:
+            report = await replicas()
+            body["replicas"] = report["replicas"]
+            if not report["healthy"]:
+                body["status"], down = ("draining" if server.draining else "no healthy replica"), True
+        return JSONResponse(body, status_code=503 if down else 200)
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> Response:
