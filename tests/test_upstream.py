@@ -72,6 +72,28 @@ def test_relays_exact_text_stops_and_usage_through_the_sdk() -> None:
         assert "".join(c.choices[0].text for c in legacy) == TEXT
 
 
+def test_a_replica_that_runs_out_of_context_ends_with_length_not_stop() -> None:
+    app, replica = replay_app(TEXT, rate=None)
+    room = 5
+    replica.n_ctx = len(replica.prompt_ids(MESSAGES)) + room  # its sequence fills after 5 tokens
+    with serve(app) as upstream, front([upstream]) as (url, _engine):
+        chunks = list(
+            sdk(url).chat.completions.create(
+                model="replay",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                stream=True,
+                max_tokens=100,
+                stream_options={"include_usage": True},
+            )
+        )
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert finishes == ["length"]  # the replica's own "length", though our max_tokens was not reached
+        usage = chunks[-1].usage
+        assert usage is not None and usage.completion_tokens == room
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert TEXT.startswith(text) and text != TEXT
+
+
 def test_least_loaded_routing_spreads_concurrent_streams() -> None:
     with ExitStack() as stack:
         upstreams = [stack.enter_context(serve(replay_app(TEXT, rate=100.0)[0])) for _ in range(2)]

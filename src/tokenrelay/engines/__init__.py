@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tokenrelay.engines.base import (
     ChatMessage,
     Engine,
+    EngineFinished,
     Prompt,
     SamplingParams,
     Step,
@@ -42,6 +43,7 @@ __all__ = [
     "ENGINES",
     "ChatMessage",
     "Engine",
+    "EngineFinished",
     "LlamaCppEngine",
     "Prompt",
     "ReplayEngine",

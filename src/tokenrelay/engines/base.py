@@ -36,11 +36,12 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 from tokenrelay._errors import EngineError, InvalidRequestError, TokenRelayError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay._stream import Event, Finished, StepTimeline, TextDelta, TextStream
+from tokenrelay._stream import Event, Finished, FinishReason, StepTimeline, TextDelta, TextStream
 
 __all__ = [
     "ChatMessage",
     "Engine",
+    "EngineFinished",
     "Prompt",
     "PromptTokens",
     "SamplingParams",
@@ -79,6 +80,15 @@ class PromptTokens:
     count: int
 
 
+@dataclass(frozen=True)
+class EngineFinished:
+    """The engine ended the reply itself, for ``reason``: an upstream server whose context filled up says
+    ``"length"`` before ``max_tokens``. Yield it after the reply's last ids; without it, an engine that simply
+    stops ends the reply with ``"stop"``."""
+
+    reason: FinishReason
+
+
 class TimedIds(tuple[int, ...]):
     """The ids of one step and when the engine computed it: ``started`` and ``ended`` are
     ``time.perf_counter()`` seconds. A tuple, so every consumer of plain id steps reads it unchanged. Make
@@ -98,8 +108,9 @@ def timed_ids(ids: Iterable[int], started: float, ended: float) -> TimedIds:
     return step
 
 
-Step: TypeAlias = Sequence[int] | TextStep | PromptTokens
-"""The token ids one engine iteration produced (or, rarely, a ``TextStep`` or ``PromptTokens``)."""
+Step: TypeAlias = Sequence[int] | TextStep | PromptTokens | EngineFinished
+"""The token ids one engine iteration produced (or, rarely, a ``TextStep``, ``PromptTokens`` or
+``EngineFinished``)."""
 
 
 # Prompts up to this many ids prime a detokenizer in well under a millisecond.
@@ -219,6 +230,7 @@ async def stream_events(
     else:
         stream = await asyncio.get_running_loop().run_in_executor(executor, text_stream)
     timeline = StepTimeline() if step_times else None
+    end_reason: FinishReason = "stop"
     steps = engine.generate(prompt, params)
     try:
         async for step in steps:
@@ -229,6 +241,9 @@ async def stream_events(
                 events = stream.feed_text(step.text, step.tokens, now=now)
             elif isinstance(step, PromptTokens):
                 stream.set_prompt_tokens(step.count)
+                continue
+            elif isinstance(step, EngineFinished):
+                end_reason = step.reason
                 continue
             else:
                 if timeline is not None:
@@ -253,7 +268,7 @@ async def stream_events(
         if aclose is not None:
             with contextlib.suppress(Exception):
                 await aclose()
-    for event in stream.finish(now=clock()):
+    for event in stream.finish(now=clock(), reason=end_reason):
         yield event if timeline is None else _with_steps(event, timeline, text=False)
 
 

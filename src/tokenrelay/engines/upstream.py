@@ -39,7 +39,15 @@ from tokenrelay._openai import error_from_body
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._sse import SSEParser
 from tokenrelay.engines._upstream_wire import PROTOCOLS, Protocol, reader_for, request
-from tokenrelay.engines.base import Prompt, PromptTokens, SamplingParams, Step, TextStep, render_plain_chat
+from tokenrelay.engines.base import (
+    EngineFinished,
+    Prompt,
+    PromptTokens,
+    SamplingParams,
+    Step,
+    TextStep,
+    render_plain_chat,
+)
 
 __all__ = ["Replica", "UpstreamEngine", "discover_model"]
 
@@ -231,6 +239,10 @@ class UpstreamEngine:
                                 else:
                                     replica.tokens += len(chunk.token_ids)
                                     yield chunk.token_ids
+                            if chunk.finish_reason == "length":
+                                # The replica cut the reply (its context is full, or its own limit): a
+                                # "length" finish even when our max_tokens is not reached.
+                                yield EngineFinished("length")
                             if chunk.done:
                                 return
                 except (GeneratorExit, asyncio.CancelledError):

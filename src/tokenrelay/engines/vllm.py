@@ -31,7 +31,7 @@ from typing import Any
 
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay.engines.base import Prompt, SamplingParams, Step
+from tokenrelay.engines.base import EngineFinished, Prompt, SamplingParams, Step
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
 __all__ = ["VLLMEngine", "smollm2_hf_dir"]
@@ -183,6 +183,8 @@ class VLLMEngine:
                 if ids:
                     yield list(ids)
                 if finished:
+                    if output.outputs[0].finish_reason == "length":  # max_model_len reached, say so
+                        yield EngineFinished("length")
                     return
         except Exception as exc:
             raise EngineError(f"vLLM failed mid-generation: {exc}") from exc
