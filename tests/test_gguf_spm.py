@@ -20,12 +20,11 @@ from tiny_tokenizers import corpus_text
 from tokenrelay._detokenizer import Detokenizer
 from tokenrelay._errors import TokenizerError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay.gguf_tokenizers import LlamaCppVocabTokenizer
-from tokenrelay.tokenizers import _mistral_data, load_tokenizer, smollm2_gguf_path
+from tokenrelay.tokenizers import LlamaCppVocabTokenizer, load_tokenizer, mistral_data_path, smollm2_gguf_path
 
 gguf = pytest.importorskip("gguf")
 
-SPM_MODEL = _mistral_data("tokenizer.model.v1")
+SPM_MODEL = mistral_data_path("tokenizer.model.v1")
 
 
 def write_spm_gguf(path: Path, *, tokenizer_model: str = "llama", weights: bool = False) -> Path:

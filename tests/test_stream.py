@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import itertools
 import random
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -358,21 +356,3 @@ def test_timings_without_timestamps_are_none() -> None:
 @settings(max_examples=200, deadline=None)
 def test_percentile_matches_numpy(values: list[float], q: float) -> None:
     assert percentile(values, q) == pytest.approx(np.percentile(values, q))
-
-
-# -- sans-I/O ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("module", ["_stops.py", "_stream.py"])
-def test_core_modules_import_only_the_standard_library_and_the_core(module: str) -> None:
-    source = Path(__file__).resolve().parents[1] / "src" / "tokenrelay" / module
-    imported: set[str] = set()
-    for node in ast.walk(ast.parse(source.read_text("utf-8"))):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module)
-    core = {m for m in imported if m.startswith("tokenrelay.")}
-    assert all(m.split(".")[1].startswith("_") for m in core)
-    outside = {m.split(".")[0] for m in imported - core}
-    assert outside <= sys.stdlib_module_names - {"asyncio", "socket", "time", "logging", "threading"}
