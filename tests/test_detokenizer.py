@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from conftest import ChunkTokenizer, cut_bytes
 from tiny_tokenizers import corpus_text
 from tokenrelay import Detokenizer, Tokenizer, TokenizerError
-from tokenrelay._detokenizer import _UTF8_BAD, _UTF8_STEP
+from tokenrelay._byte_table import UTF8_BAD, UTF8_STEP
 from tokenrelay._window import _SETTLE, _WINDOW_HARD, _WINDOW_MAX
 
 ALL = ("smollm2", "mistral-v1", "mistral-v3", "tekken", "hf-llama-style", "toy-bpe", "toy-wordpiece")
@@ -412,8 +412,8 @@ def test_utf8_validator_table_knows_when_a_run_can_no_longer_be_valid() -> None:
     def verdict(data: bytes) -> str:
         state = 0
         for byte in data:
-            state = _UTF8_STEP[state][byte]
-            if state == _UTF8_BAD:
+            state = UTF8_STEP[state][byte]
+            if state == UTF8_BAD:
                 return "invalid"
         return "complete" if state == 0 else "partial"
 
