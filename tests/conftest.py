@@ -48,19 +48,6 @@ class ChunkTokenizer:
         return ByteTable(pieces=self.pieces)
 
 
-def cut_bytes(data: bytes, sizes: Sequence[int]) -> list[bytes]:
-    """Cut ``data`` into chunks whose lengths cycle through ``sizes``."""
-    out: list[bytes] = []
-    pos = 0
-    k = 0
-    while pos < len(data):
-        size = sizes[k % len(sizes)]
-        out.append(data[pos : pos + size])
-        pos += size
-        k += 1
-    return out
-
-
 @pytest.fixture(scope="session")
 def builtin() -> dict[str, Tokenizer]:
     return {name: load_tokenizer(name) for name in BUILTINS}

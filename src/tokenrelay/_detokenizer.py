@@ -53,7 +53,7 @@ from ._byte_table import (
     compile_table,
     utf8_decode,
 )
-from ._errors import TokenizerError
+from ._errors import TokenizerError, UseAfterFinishError
 from ._protocols import ByteTable, Tokenizer
 from ._window import WindowDecoder
 
@@ -77,7 +77,8 @@ class Detokenizer:
 
     Joined outputs over any split of the ids equal the one-shot ``tokenizer.decode``; text once returned is never
     contradicted. ``stranded="replace"`` (default) turns bytes of an unfinished character into U+FFFD at
-    ``finish()``, exactly like the reference decode; ``stranded="discard"`` drops them instead.
+    ``finish()``, exactly like the reference decode; ``stranded="discard"`` drops them instead. ``finish()`` may
+    be called again (it returns ``""``); ``feed`` after it raises :class:`UseAfterFinishError`.
     """
 
     def __init__(
@@ -240,7 +241,7 @@ class Detokenizer:
 
     def _feed_any(self, ids: int | Iterable[int]) -> str:
         if self._finished:
-            raise RuntimeError("Detokenizer.feed() called after finish()")
+            raise UseAfterFinishError("Detokenizer.feed() called after finish()")
         batch: Iterable[int] = (ids,) if isinstance(ids, int) else ids
         if self._window is not None:
             return self._window.feed(list(batch))

@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from ._errors import ProtocolError
+from ._errors import ProtocolError, UseAfterFinishError
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEParser", "ServerSentEvent", "encode_event"]
 
@@ -120,7 +120,8 @@ class SSEParser:
     ``max_event_bytes`` bounds every line and the sum of an event's non-comment lines (line ends excluded); a
     stream over it gets :class:`ProtocolError` instead of more memory. Events completed before the offending
     line are returned first; the error is raised by that call when it has none to return, else by the next
-    ``feed``/``close``. ``last_event_id`` seeds the id buffer, as a reconnecting client does.
+    ``feed``/``close``. ``last_event_id`` seeds the id buffer, as a reconnecting client does. After
+    :meth:`close` (which may be called again), ``feed`` raises :class:`UseAfterFinishError`.
     """
 
     __slots__ = (
@@ -285,7 +286,7 @@ class SSEParser:
         if self._error is not None:
             raise self._error
         if self._closed:
-            raise ValueError("SSEParser.feed() after close()")
+            raise UseAfterFinishError("SSEParser.feed() after close()")
         if self._head is not None:
             data = self._take_bom(data)
         if self._skip_lf and data:
