@@ -185,3 +185,6 @@ def serve_process(*args: str, timeout: float = 90) -> Iterator[ServerProcess]:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+        server._reader.join(timeout=10)  # the pipe is at EOF: the reader ends, and the pipe can be closed
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -208,3 +208,5 @@ def test_serve_on_port_0_names_the_port_it_got_and_ctrl_c_exits_cleanly() -> Non
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()

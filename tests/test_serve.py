@@ -98,6 +98,7 @@ def test_shutdown_lets_streams_finish_then_ends_the_rest_with_an_error_and_done(
         finished = _events(b"HTTP/1.1 200 OK\r\n\r\n" + b"".join(c for _, c in read_timed(short)))
         assert json.loads(finished[-2])["choices"][0]["finish_reason"] == "length"
         assert finished[-1] == "[DONE]"
+        short.close()
         for sock in running:
             raw = b"".join(c for _, c in read_timed(sock))
             assert raw.endswith(b"0\r\n\r\n")  # a clean end of the chunked body
