@@ -312,7 +312,7 @@ def test_window_fallback_work_per_token_is_bounded(name: str, all_tokenizers: di
     inner = all_tokenizers[name]
     tok = CountingTokenizer(inner)
     ids = inner.encode(corpus_text()) * 6
-    detok = Detokenizer(tok)  # type: ignore[arg-type]
+    detok = Detokenizer(tok)
     out = []
     worst = 0
     for i in ids:
@@ -505,7 +505,7 @@ def test_window_streams_a_run_of_invalid_bytes_at_bounded_cost(
     words = inner.encode("Tea for two 🦙 is ready.")
     ids = [*words, *[bad] * 1500, *words, *[bad] * 300, *words]
     want = inner.decode(ids)
-    detok = Detokenizer(tok)  # type: ignore[arg-type]
+    detok = Detokenizer(tok)
     shown = ""
     worst = 0
     lag = 0
@@ -531,7 +531,7 @@ def test_window_keeps_a_long_valid_byte_run_whole(all_tokenizers: dict[str, Toke
     words = inner.encode("Tea is ready.")
     ids = [*words, *run, *words]
     tok = CountingTokenizer(inner)
-    detok = Detokenizer(tok)  # type: ignore[arg-type]
+    detok = Detokenizer(tok)
     assert len(run) < _WINDOW_HARD
     assert "".join(detok.feed(i) for i in ids) + detok.finish() == inner.decode(ids)
 
@@ -562,7 +562,7 @@ def test_window_cost_stays_bounded_even_for_a_decoder_that_is_not_local() -> Non
     (rule 4), so the work per token stays bounded, and every id's text still comes out exactly once."""
     tok = MirrorTokenizer()
     ids = [i % 26 for i in range(3 * _WINDOW_HARD)]
-    detok = Detokenizer(tok)  # type: ignore[arg-type]
+    detok = Detokenizer(tok)
     out, worst, longest = [], 0, 0
     for i in ids:
         before = tok.decoded_ids

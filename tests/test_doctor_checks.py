@@ -117,9 +117,8 @@ def test_a_hop_decoding_utf8_per_write_is_caught_by_bytes_and_text() -> None:
     report = diagnose_diagnostic(record(rewrite=rewrite, headers={**SSE, "via": "1.1 somecdn"}), PLAN)
     assert report.check("bytes").status is Status.FAIL
     assert "U+FFFD appeared" in report.check("bytes").message
-    assert report.check("bytes").hop is not None and report.check("bytes").hop.startswith(
-        "a proxy (Via: 1.1 somecdn)"
-    )
+    hop = report.check("bytes").hop
+    assert hop is not None and hop.startswith("a proxy (Via: 1.1 somecdn)")
     text = report.check("text")
     assert text.status is Status.FAIL and f"({PLAN.events} literal ones sent)" in text.message
 
@@ -192,7 +191,9 @@ def test_cancel_verdicts(cancel: CancelObservation | None, status: Status, needl
 def chat_body(
     pieces: list[str], *, eol: str = "\n", done: bool = True, usage: int | None = None
 ) -> list[bytes]:
-    frames = [{"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}]
+    frames: list[dict[str, object]] = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}
+    ]
     frames += [{"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
     frames.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     if usage is not None:

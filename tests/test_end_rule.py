@@ -32,7 +32,6 @@ from tokenrelay import (
 from tokenrelay.doctor._recording import ContentDecoder
 
 CHUNKS = ChunkTokenizer([b"a", b"b", "☕".encode()[:2], "☕".encode()[2:]])
-WRITER = {"id": "chatcmpl-1", "model": "m", "created": 1}
 
 
 @dataclass
@@ -95,7 +94,7 @@ CASES = {
         after_end=(lambda p: list(p.iter_events([b"\n\n"])),),
     ),
     "ChatChunkWriter": Case(
-        make=lambda: ChatChunkWriter(**WRITER),
+        make=lambda: ChatChunkWriter(id="chatcmpl-1", model="m", created=1),
         feed=lambda w: w.delta("a"),
         end=lambda w: w.finish("stop"),
         empty=b"",
@@ -103,7 +102,7 @@ CASES = {
         allowed=(lambda w: w.usage(Usage(1, 2)),),
     ),
     "TextChunkWriter": Case(
-        make=lambda: TextChunkWriter(**WRITER),
+        make=lambda: TextChunkWriter(id="cmpl-1", model="m", created=1),
         feed=lambda w: w.delta("a"),
         end=lambda w: w.finish("length"),
         empty=b"",

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai._streaming import SSEDecoder as SDKDecoder
 from openai.types import Completion
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
 from _apps import REPLY, USAGE, app
 from _uvicorn import serve
@@ -53,7 +53,7 @@ def text_writer() -> TextChunkWriter:
     return TextChunkWriter(id="cmpl-1", model="smollm2", created=1234)
 
 
-MESSAGES = [{"role": "user", "content": "Say hello"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello"}]
 
 
 def payload(frame: bytes) -> dict[str, object]:
@@ -73,7 +73,9 @@ def test_chat_chunks_are_what_the_sdk_types_expect() -> None:
     )
     for chunk in (role, delta, finish):
         assert list(chunk) == ["id", "object", "created", "model", "system_fingerprint", "choices"]
-        [choice] = chunk["choices"]  # type: ignore[misc]
+        choices = chunk["choices"]
+        assert isinstance(choices, list)
+        [choice] = choices
         assert list(choice) == ["index", "delta", "logprobs", "finish_reason"]
         parsed = ChatCompletionChunk.model_validate(chunk, strict=True)
         assert (parsed.id, parsed.object, parsed.created, parsed.model) == (
@@ -136,7 +138,7 @@ def test_non_ascii_costs_its_utf8_bytes_not_escapes() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(st.characters(blacklist_categories=("Cs",))))
+@given(st.text(st.characters(blacklist_categories=["Cs"])))
 def test_a_delta_is_one_data_line_and_carries_the_text_exactly(text: str) -> None:
     frame = chat_writer().delta(text)
     assert frame.startswith(b"data: {") and frame.endswith(b"}\n\n")

@@ -34,7 +34,7 @@ the size limit, every cutting returns the same events and then raises the same :
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import NamedTuple
 
 from ._errors import ProtocolError, UseAfterFinishError
@@ -242,7 +242,7 @@ class SSEParser:
             partial.clear()
         return self._keep(tail, self._lines(lines))
 
-    def iter_events(self, chunks: Iterable[bytes]) -> Iterator[ServerSentEvent]:
+    def iter_events(self, chunks: Iterable[bytes]) -> Generator[ServerSentEvent, None, None]:
         """Parse a stream given as chunks: ``feed`` each in turn, then :meth:`close` when they run out.
 
         Yields exactly the events those calls return and raises what they raise, each event before the next
