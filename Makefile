@@ -25,7 +25,7 @@ LLAMA_SERVER := $(HOME)/.cache/tokenrelay/llama-server/llama-server
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
 	cmake
 
-.PHONY: install test check bench bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+.PHONY: install test lint check bench bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -71,11 +71,24 @@ test: install $(LLAMA_SERVER)
 	node --test tests/web/
 	node --test tests/e2e/
 
-check: install
-	$(BIN)/ruff check src tests benchmarks hatch_build.py
-	$(BIN)/ruff format --check src tests benchmarks hatch_build.py
+# make lint: ruff, the format check, mypy --strict (src and tests) and prettier. It needs only the dev extra (the
+# tools, and the packages mypy reads types from; llama.cpp is not built: mypy treats llama_cpp as untyped when it
+# is missing) and npm's prettier, and installs nothing when they are there.
+LINT_PATHS := src tests benchmarks hatch_build.py
+$(BIN)/ruff $(BIN)/mypy &: | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[dev]'
+
+node_modules/.bin/prettier:
+	npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
+
+lint: $(BIN)/ruff $(BIN)/mypy node_modules/.bin/prettier
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 	npm run --silent format:check
+
+check: lint
 
 bench: install
 	$(BIN)/python benchmarks/detokenizer.py

@@ -32,7 +32,7 @@ from tokenizers.decoders import DecodeStream
 
 from tiny_tokenizers import corpus_text, hf_llama_style
 from tokenrelay import Detokenizer, load_tokenizer
-from tokenrelay.tokenizers import _mistral_data
+from tokenrelay.tokenizers import mistral_data_path
 
 Steps = list[list[int]]
 Runner = Callable[[Steps], str]
@@ -167,7 +167,7 @@ def main() -> None:
     text = corpus_text()
     smollm2 = load_tokenizer("smollm2")
     mistral = load_tokenizer("mistral-v3")
-    hf_mistral = hf_llama_style(_mistral_data("mistral_instruct_tokenizer_240323.model.v3"))
+    hf_mistral = hf_llama_style(mistral_data_path("mistral_instruct_tokenizer_240323.model.v3"))
     setups = [
         ("SmolLM2", smollm2, smollm2.hf_tokenizer),  # type: ignore[attr-defined]
         ("Mistral v3", mistral, hf_mistral),

@@ -21,12 +21,12 @@ from tokenrelay._openai import (
     DONE,
     ChatChunkWriter,
     TextChunkWriter,
-    Usage,
     chat_completion,
     error_event,
     text_completion,
 )
 from tokenrelay._sse import encode_event
+from tokenrelay._stream import Usage
 
 REPLY = ["नम", "स्ते", " 👩‍💻", " 你好", "，", "世界", "!"]
 USAGE = Usage(prompt_tokens=7, completion_tokens=len(REPLY))

@@ -54,7 +54,7 @@ def serve(app: ASGIApp, *, startup_timeout: float = 10.0, http: str = "auto") ->
 
     ``http`` picks uvicorn's HTTP implementation ("auto", "h11", "httptools"): the nginx tests pin h11.
     """
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", http=http, timeout_graceful_shutdown=2)
+    config = uvicorn.Config(app, log_level="warning", lifespan="auto", http=http, timeout_graceful_shutdown=2)
     with _running(uvicorn.Server(config), _loopback_socket(), startup_timeout, join_timeout=10) as url:
         yield url
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_tokenizers import hf_llama_style, toy_byte_level, toy_wordpiece
 from tokenrelay import ByteTable, Tokenizer, load_tokenizer
-from tokenrelay.tokenizers import _mistral_data
+from tokenrelay.tokenizers import mistral_data_path
 
 BUILTINS = ("smollm2", "mistral-v1", "mistral-v3", "tekken")
 
@@ -48,19 +48,6 @@ class ChunkTokenizer:
         return ByteTable(pieces=self.pieces)
 
 
-def cut_bytes(data: bytes, sizes: Sequence[int]) -> list[bytes]:
-    """Cut ``data`` into chunks whose lengths cycle through ``sizes``."""
-    out: list[bytes] = []
-    pos = 0
-    k = 0
-    while pos < len(data):
-        size = sizes[k % len(sizes)]
-        out.append(data[pos : pos + size])
-        pos += size
-        k += 1
-    return out
-
-
 @pytest.fixture(scope="session")
 def builtin() -> dict[str, Tokenizer]:
     return {name: load_tokenizer(name) for name in BUILTINS}
@@ -71,7 +58,7 @@ def all_tokenizers(builtin: dict[str, Tokenizer]) -> dict[str, Tokenizer]:
     """The four built-ins plus in-memory ones: HF ByteFallback (non-monotonic), toy BPE, WordPiece (window)."""
     extra = {
         "hf-llama-style": load_tokenizer(
-            hf_llama_style(_mistral_data("mistral_instruct_tokenizer_240323.model.v3"))
+            hf_llama_style(mistral_data_path("mistral_instruct_tokenizer_240323.model.v3"))
         ),
         "toy-bpe": load_tokenizer(toy_byte_level()),
         "toy-wordpiece": load_tokenizer(toy_wordpiece()),

@@ -11,8 +11,10 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from tokenrelay import load_tokenizer
 from tokenrelay.engines import ReplayEngine
@@ -69,7 +71,7 @@ def replay_app(
     counting: bool = False,
     engine_options: dict[str, object] | None = None,
     **config: object,
-):  # type: ignore[no-untyped-def]
+) -> tuple[FastAPI, Any]:  # the engine: a ReplayEngine, or a CountingEngine around it
     """An app over the replay engine with SmolLM2's tokenizer (text=None replays the prompt)."""
     engine: object = ReplayEngine(load_tokenizer("smollm2"), text, rate=rate, **(engine_options or {}))  # type: ignore[arg-type]
     if counting:
@@ -185,3 +187,6 @@ def serve_process(*args: str, timeout: float = 90) -> Iterator[ServerProcess]:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+        server._reader.join(timeout=10)  # the pipe is at EOF: the reader ends, and the pipe can be closed
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -101,14 +101,14 @@ def test_chat_with_the_real_smollm2_model_sends_the_history() -> None:
             # cached prefix, which changes the float sums enough to flip a near-tie ("9." instead of "5.").
             llama.reset()
             ref = llama.create_chat_completion(
-                messages=messages,  # type: ignore[arg-type]
+                messages=messages,
                 temperature=0.0,
                 max_tokens=12,
                 top_k=0,
                 min_p=0.0,
                 repeat_penalty=1.0,
             )
-            content = ref["choices"][0]["message"]["content"]  # type: ignore[index]
+            content = ref["choices"][0]["message"]["content"]
             messages.append({"role": "assistant", "content": content})
             expected += content + "\n"
     finally:

@@ -9,7 +9,6 @@ import re
 import socket
 
 import pytest
-import tomllib
 
 import tokenrelay as package
 from _terminal import EXTRA_BLOCKER, ROOT, cli_env, tokenrelay
@@ -28,6 +27,7 @@ def test_version_has_one_source() -> None:
     proc = tokenrelay("--version")
     assert proc.returncode == 0
     assert proc.stdout.decode().strip() == f"tokenrelay {package.__version__}"
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     source = ROOT / project["tool"]["hatch"]["version"]["path"]
@@ -131,6 +131,7 @@ def test_every_optional_import_maps_to_an_extra_of_pyproject() -> None:
 
     from tokenrelay._extras import EXTRA_OF_MODULE
 
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     core = {re.split(r"[<>=\[ ]", dep)[0] for dep in project["dependencies"]}
@@ -171,7 +172,7 @@ def test_main_turns_a_missing_module_of_no_extra_into_the_usual_error(
     def run_missing(args: object) -> int:
         raise ModuleNotFoundError("No module named 'not_ours'", name="not_ours")
 
-    monkeypatch.setattr(cli, "COMMANDS", [cli.Command("x", "x", lambda p: None, run_missing)])  # type: ignore[arg-type]
+    monkeypatch.setattr(cli, "COMMANDS", [cli.Command("x", "x", lambda p: None, run_missing)])
     with pytest.raises(ModuleNotFoundError, match="not_ours"):
         cli.main(["x"])
 
@@ -208,3 +209,5 @@ def test_serve_on_port_0_names_the_port_it_got_and_ctrl_c_exits_cleanly() -> Non
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()

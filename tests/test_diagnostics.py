@@ -51,7 +51,7 @@ def raw_chunks(base: str, target: str, body: bytes | None = None) -> tuple[bytes
         while chunk := sock.recv(65536):
             data += chunk
     head, _, rest = data.partition(b"\r\n\r\n")
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         size_line, _, rest = rest.partition(b"\r\n")
         size = int(size_line, 16)

@@ -4,12 +4,11 @@ naive splitter the doctor demonstrates, and header joining."""
 from __future__ import annotations
 
 import gzip
-import random
 import zlib
-from collections.abc import Iterable
 
 import pytest
 
+from _cuts import cuttings
 from tokenrelay.doctor._payload import DiagnosticPlan
 from tokenrelay.doctor._recording import (
     Chunk,
@@ -28,17 +27,6 @@ def deflate_raw(data: bytes) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
-def cuttings(data: bytes, seed: int = 0) -> Iterable[list[bytes]]:
-    yield [data]
-    yield [data[i : i + 1] for i in range(len(data))]
-    for i in range(0, len(data) + 1, max(1, len(data) // 60)):
-        yield [data[:i], data[i:]]
-    rng = random.Random(seed)
-    for _ in range(20):
-        cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, 5)))
-        yield [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
-
-
 @pytest.mark.parametrize(
     ("encoding", "encode"),
     [
@@ -52,7 +40,7 @@ def cuttings(data: bytes, seed: int = 0) -> Iterable[list[bytes]]:
 )
 def test_decoding_over_any_split_equals_the_one_shot_result(encoding: str | None, encode: object) -> None:
     wire = encode(PLAIN)  # type: ignore[operator]
-    for pieces in cuttings(wire):
+    for pieces in cuttings(wire, every=max(1, len(wire) // 60)):
         decoder = ContentDecoder(encoding)
         assert b"".join(decoder.feed(p) for p in pieces) + decoder.flush() == PLAIN
 

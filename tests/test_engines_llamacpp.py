@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
 pytest.importorskip("llama_cpp")
 
-from llama_cpp import Llama
+from llama_cpp import ChatCompletionRequestMessage, Llama
 
+from _steps import closable
+from _steps import ids as step_ids
 from tokenrelay._errors import ConfigError, InvalidRequestError
 from tokenrelay._stream import Finished, TextDelta
 from tokenrelay.engines.base import ChatMessage, Engine, Prompt, SamplingParams, stream_events
@@ -37,7 +40,7 @@ def oracle() -> Iterator[Llama]:
 
 
 async def ids_of(engine: LlamaCppEngine, prompt: Prompt, params: SamplingParams) -> list[int]:
-    return [i async for step in engine.generate(prompt, params) for i in step]
+    return [i async for step in engine.generate(prompt, params) for i in step_ids(step)]
 
 
 async def test_greedy_chat_matches_llama_cpp_pythons_own_completion(
@@ -50,13 +53,14 @@ async def test_greedy_chat_matches_llama_cpp_pythons_own_completion(
     assert isinstance(final, Finished)
     # Oracle: llama-cpp-python's own chat completion (its template handling, its sampler, its detokenizer).
     reference = oracle.create_chat_completion(
-        messages=[dict(m) for m in CHAT],
+        messages=[cast(ChatCompletionRequestMessage, dict(m)) for m in CHAT],
         temperature=0.0,
         max_tokens=GREEDY.max_tokens,
         top_k=0,
         min_p=0.0,
         repeat_penalty=1.0,
     )
+    assert isinstance(reference, dict)  # not a stream
     choice = reference["choices"][0]
     assert text == choice["message"]["content"]
     assert final.reason == choice["finish_reason"]
@@ -138,7 +142,7 @@ async def test_closing_the_iterator_stops_it_and_the_engine_stays_usable(engine:
     expected = await ids_of(engine, CHAT, GREEDY)
     await engine.wait_idle()
     before = engine.steps_computed
-    async with contextlib.aclosing(engine.generate(CHAT, SamplingParams(max_tokens=300))) as steps:
+    async with contextlib.aclosing(closable(engine.generate(CHAT, SamplingParams(max_tokens=300)))) as steps:
         async for _ in steps:
             break
     await engine.wait_idle()
@@ -208,7 +212,7 @@ async def test_concurrent_generations_share_every_step(engine: LlamaCppEngine) -
         async for step in engine.generate(prompt, params):
             if not ids:
                 first_at.append(loop.time())
-            ids.extend(step)
+            ids.extend(step_ids(step))
         done_at.append(loop.time())
         return ids
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from _steps import closable, ids
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._stream import Finished, TextDelta
-from tokenrelay.engines.base import Engine, SamplingParams, Step, stream_events
+from tokenrelay.engines.base import Engine, SamplingParams, stream_events
 from tokenrelay.engines.replay import ReplayEngine
 from tokenrelay.tokenizers import load_tokenizer
 
@@ -35,8 +37,10 @@ class Recorder:
         await asyncio.sleep(0)
 
 
-async def collect(engine: ReplayEngine, params: SamplingParams = PARAMS, prompt: str = "hi") -> list[Step]:
-    return [step async for step in engine.generate(prompt, params)]
+async def collect(
+    engine: ReplayEngine, params: SamplingParams = PARAMS, prompt: str = "hi"
+) -> list[Sequence[int]]:
+    return [ids(step) async for step in engine.generate(prompt, params)]
 
 
 async def test_releases_the_tokenizers_ids_then_eos(tok: Tokenizer) -> None:
@@ -92,7 +96,7 @@ async def test_failure_mid_stream_is_an_engine_error(tok: Tokenizer) -> None:
     seen: list[int] = []
     with pytest.raises(EngineError, match="after 5 tokens"):
         async for step in engine.generate("hi", PARAMS):
-            seen.extend(step)
+            seen.extend(ids(step))
     assert seen == tok.encode(CORPUS)[:5]
 
 
@@ -120,7 +124,7 @@ async def test_cancel_stops_the_replay_at_once(tok: Tokenizer) -> None:
 
 async def test_closing_the_iterator_stops_it(tok: Tokenizer) -> None:
     engine = ReplayEngine(tok, CORPUS, rate=None)
-    async with contextlib.aclosing(engine.generate("hi", PARAMS)) as steps:
+    async with contextlib.aclosing(closable(engine.generate("hi", PARAMS))) as steps:
         async for _ in steps:
             if engine.steps_computed == 2:
                 break

@@ -110,7 +110,7 @@ def test_fuzz_any_bytes_parse_or_raise_format_error(data: bytes) -> None:
 
 def bytes_read_by_this_process() -> int:
     # Linux's per-process I/O accounting: rchar counts every byte returned by read() calls.
-    for line in open("/proc/self/io").read().splitlines():  # noqa: SIM115 (tiny, read at once)
+    for line in Path("/proc/self/io").read_text().splitlines():
         if line.startswith("rchar:"):
             return int(line.split()[1])
     raise AssertionError("no rchar in /proc/self/io")

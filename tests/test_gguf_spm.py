@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
+from _steps import ids as step_ids
 from tiny_tokenizers import corpus_text
 from tokenrelay._detokenizer import Detokenizer
 from tokenrelay._errors import TokenizerError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay.gguf_tokenizers import LlamaCppVocabTokenizer
-from tokenrelay.tokenizers import _mistral_data, load_tokenizer, smollm2_gguf_path
+from tokenrelay.tokenizers import LlamaCppVocabTokenizer, load_tokenizer, mistral_data_path, smollm2_gguf_path
 
 gguf = pytest.importorskip("gguf")
 
-SPM_MODEL = _mistral_data("tokenizer.model.v1")
+SPM_MODEL = mistral_data_path("tokenizer.model.v1")
 
 
 def write_spm_gguf(path: Path, *, tokenizer_model: str = "llama", weights: bool = False) -> Path:
@@ -119,7 +119,7 @@ def test_loads_through_llama_cpp(tok: Tokenizer, sp: spm.SentencePieceProcessor)
     assert tok.vocab_size == sp.vocab_size()
     assert tok.eos_token_ids == {sp.eos_id()}
     # The byte table (with llama.cpp's "first_token" space rule) passed verification: the fast path is used.
-    assert tok.byte_table() is not None, tok.table_rejected  # type: ignore[attr-defined]
+    assert tok.byte_table() is not None, tok.table_rejected
     assert tok.byte_table().leading_space == "first_token"  # type: ignore[union-attr]
 
 
@@ -238,7 +238,7 @@ def test_llamacpp_engine_runs_a_sentencepiece_gguf(tmp_path: Path) -> None:
 
     async def run() -> tuple[list[int], str, list[int], str]:
         try:
-            ids = [i async for step in engine.generate(prompt, params) for i in step]
+            ids = [i async for step in engine.generate(prompt, params) for i in step_ids(step)]
             events = [e async for e in stream_events(engine, prompt, params)]
             text = "".join(e.text for e in events if isinstance(e, TextDelta))
             # llama-cpp-python's own detokenize; the ids do not start with BOS, so it concatenates pieces.

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai._streaming import SSEDecoder as SDKDecoder
 from openai.types import Completion
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
 from _apps import REPLY, USAGE, app
 from _uvicorn import serve
@@ -31,7 +31,6 @@ from tokenrelay._openai import (
     ChatChunkWriter,
     ChatStreamDecoder,
     TextChunkWriter,
-    Usage,
     chat_completion,
     error_event,
     error_from_body,
@@ -39,11 +38,23 @@ from tokenrelay._openai import (
     text_completion,
 )
 from tokenrelay._sse import ServerSentEvent, SSEParser
+from tokenrelay._stream import Usage
 
-CHAT = ChatChunkWriter(id="chatcmpl-1", model="smollm2", created=1234, system_fingerprint="fp_1")
-CHAT_USAGE = ChatChunkWriter(id="chatcmpl-2", model="smollm2", created=1234, include_usage=True)
-TEXT = TextChunkWriter(id="cmpl-1", model="smollm2", created=1234)
-MESSAGES = [{"role": "user", "content": "Say hello"}]
+
+# A writer renders one stream: a new one for each (after its finish() it writes nothing but usage).
+def chat_writer() -> ChatChunkWriter:
+    return ChatChunkWriter(id="chatcmpl-1", model="smollm2", created=1234, system_fingerprint="fp_1")
+
+
+def usage_writer() -> ChatChunkWriter:
+    return ChatChunkWriter(id="chatcmpl-2", model="smollm2", created=1234, include_usage=True)
+
+
+def text_writer() -> TextChunkWriter:
+    return TextChunkWriter(id="cmpl-1", model="smollm2", created=1234)
+
+
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello"}]
 
 
 def payload(frame: bytes) -> dict[str, object]:
@@ -58,10 +69,14 @@ def payload(frame: bytes) -> dict[str, object]:
 
 
 def test_chat_chunks_are_what_the_sdk_types_expect() -> None:
-    role, delta, finish = (payload(f) for f in (CHAT.role(), CHAT.delta("Hi"), CHAT.finish("stop")))
+    role, delta, finish = (
+        payload(f) for f in (chat_writer().role(), chat_writer().delta("Hi"), chat_writer().finish("stop"))
+    )
     for chunk in (role, delta, finish):
         assert list(chunk) == ["id", "object", "created", "model", "system_fingerprint", "choices"]
-        [choice] = chunk["choices"]  # type: ignore[misc]
+        choices = chunk["choices"]
+        assert isinstance(choices, list)
+        [choice] = choices
         assert list(choice) == ["index", "delta", "logprobs", "finish_reason"]
         parsed = ChatCompletionChunk.model_validate(chunk, strict=True)
         assert (parsed.id, parsed.object, parsed.created, parsed.model) == (
@@ -79,22 +94,22 @@ def test_chat_chunks_are_what_the_sdk_types_expect() -> None:
 
 
 def test_include_usage_puts_null_usage_on_every_chunk_and_ends_with_a_choiceless_one() -> None:
-    for frame in (CHAT_USAGE.role(), CHAT_USAGE.delta("x"), CHAT_USAGE.finish("length")):
+    for frame in (usage_writer().role(), usage_writer().delta("x"), usage_writer().finish("length")):
         chunk = payload(frame)
         assert chunk["usage"] is None
         ChatCompletionChunk.model_validate(chunk, strict=True)
-    last = ChatCompletionChunk.model_validate(payload(CHAT_USAGE.usage(Usage(5, 3))), strict=True)
+    last = ChatCompletionChunk.model_validate(payload(usage_writer().usage(Usage(5, 3))), strict=True)
     assert last.choices == []
     assert last.usage is not None
     assert (last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.total_tokens) == (5, 3, 8)
-    assert "usage" not in payload(CHAT.delta("x"))
+    assert "usage" not in payload(chat_writer().delta("x"))
 
 
 def test_legacy_text_chunks_and_whole_responses_validate() -> None:
-    middle = payload(TEXT.delta("Hi"))
+    middle = payload(text_writer().delta("Hi"))
     assert middle["object"] == "text_completion"
     assert middle["choices"] == [{"text": "Hi", "index": 0, "logprobs": None, "finish_reason": None}]
-    last = Completion.model_validate(payload(TEXT.finish("stop")), strict=True)
+    last = Completion.model_validate(payload(text_writer().finish("stop")), strict=True)
     assert (last.choices[0].text, last.choices[0].finish_reason) == ("", "stop")
     whole = Completion.model_validate(
         text_completion(
@@ -118,31 +133,32 @@ def test_legacy_text_chunks_and_whole_responses_validate() -> None:
 
 def test_non_ascii_costs_its_utf8_bytes_not_escapes() -> None:
     word = "नमस्ते"  # 6 code points, 18 bytes of UTF-8; an \\uXXXX escape would be 36
-    assert len(CHAT.delta(word)) - len(CHAT.delta("")) == len(word.encode()) == 18
-    assert len(TEXT.delta(word)) - len(TEXT.delta("")) == 18
+    assert len(chat_writer().delta(word)) - len(chat_writer().delta("")) == len(word.encode()) == 18
+    assert len(text_writer().delta(word)) - len(text_writer().delta("")) == 18
     assert json_bytes({"k": word}) == '{"k":"नमस्ते"}'.encode()
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(st.characters(blacklist_categories=("Cs",))))
+@given(st.text(st.characters(blacklist_categories=["Cs"])))
 def test_a_delta_is_one_data_line_and_carries_the_text_exactly(text: str) -> None:
-    frame = CHAT.delta(text)
+    frame = chat_writer().delta(text)
     assert frame.startswith(b"data: {") and frame.endswith(b"}\n\n")
     assert frame.count(b"\n") == 2 and b"\r" not in frame
     assert payload(frame)["choices"] == [
         {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
     ]
-    assert payload(TEXT.delta(text))["choices"][0]["text"] == text  # type: ignore[index]
+    assert payload(text_writer().delta(text))["choices"][0]["text"] == text  # type: ignore[index]
 
 
 def test_text_that_is_not_unicode_is_refused_not_garbled() -> None:
     with pytest.raises(UnicodeEncodeError):
-        CHAT.delta("lone \ud800 surrogate")
+        chat_writer().delta("lone \ud800 surrogate")
 
 
 def test_the_sdk_decoder_reads_our_frames_cut_anywhere() -> None:
-    stream = b"".join([CHAT_USAGE.role(), *map(CHAT_USAGE.delta, REPLY), CHAT_USAGE.finish("stop")])
-    stream += CHAT_USAGE.usage(USAGE) + DONE
+    writer = usage_writer()
+    stream = b"".join([writer.role(), *map(writer.delta, REPLY), writer.finish("stop")])
+    stream += writer.usage(USAGE) + DONE
     ours = [event.data for event in SSEParser().feed(stream)]
     assert ours[-1] == "[DONE]" and len(ours) == len(REPLY) + 4
     for cut in range(0, len(stream), 7):
@@ -205,18 +221,22 @@ def events(*frames: bytes) -> list[ServerSentEvent]:
 
 def test_stream_decoder_reads_deltas_finish_usage_and_done() -> None:
     decoder = ChatStreamDecoder()
-    stream = events(CHAT_USAGE.role(), *map(CHAT_USAGE.delta, REPLY), CHAT_USAGE.finish("stop"))
+    writer = usage_writer()
+    stream = events(writer.role(), *map(writer.delta, REPLY), writer.finish("stop"))
     assert "".join(decoder.feed(event) for event in stream) == "".join(REPLY)
     assert decoder.finished and not decoder.done and decoder.finish_reason == "stop"
     assert (decoder.id, decoder.model) == ("chatcmpl-2", "smollm2")
-    [usage, done] = events(CHAT_USAGE.usage(USAGE), DONE)
+    [usage, done] = events(usage_writer().usage(USAGE), DONE)
     assert decoder.feed(usage) == "" and decoder.usage == USAGE
     assert decoder.feed(done) == "" and decoder.done
 
 
 def test_stream_decoder_reads_legacy_text_chunks() -> None:
     decoder = ChatStreamDecoder()
-    assert [decoder.feed(e) for e in events(TEXT.delta("a"), TEXT.delta("b"), TEXT.finish("length"))] == [
+    assert [
+        decoder.feed(e)
+        for e in events(text_writer().delta("a"), text_writer().delta("b"), text_writer().finish("length"))
+    ] == [
         "a",
         "b",
         "",
@@ -226,7 +246,7 @@ def test_stream_decoder_reads_legacy_text_chunks() -> None:
 
 def test_stream_decoder_is_unfinished_until_told() -> None:
     decoder = ChatStreamDecoder()
-    for event in events(CHAT.role(), CHAT.delta("x")):
+    for event in events(chat_writer().role(), chat_writer().delta("x")):
         decoder.feed(event)
     assert not decoder.finished
 

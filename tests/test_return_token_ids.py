@@ -6,7 +6,7 @@ import json
 
 import httpx
 import openai
-from openai.types.chat import ChatCompletionChunk
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
 from _uvicorn import serve
 from server_helpers import replay_app
@@ -15,7 +15,7 @@ from tokenrelay._openai import ChatChunkWriter, TextChunkWriter
 from tokenrelay._sse import SSEParser
 
 TEXT = "Tea ☕ for 🦙 llamas, नमस्ते.\nDone"
-MESSAGES = [{"role": "user", "content": "hi"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 def chunks_of(frames: list[bytes]) -> list[dict[str, object]]:
@@ -49,7 +49,7 @@ def test_server_streams_every_id_and_the_prompt_ids_to_the_sdk() -> None:
         client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
         stream = client.chat.completions.create(
             model="replay",
-            messages=MESSAGES,  # type: ignore[arg-type]
+            messages=MESSAGES,
             stream=True,
             extra_body={"return_token_ids": True},
         )

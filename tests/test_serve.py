@@ -12,6 +12,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from server_helpers import raw_post, read_timed, serve_process, split_response
 from tokenrelay._sse import SSEParser
@@ -24,13 +25,15 @@ def test_serve_the_embedded_model_to_the_official_sdk() -> None:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         model = client.models.list().data[0].id
         assert model == "SmolLM2-135M-Instruct"
-        messages = [{"role": "user", "content": "Say hello in one short sentence."}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": "Say hello in one short sentence."}
+        ]
         stream = client.chat.completions.create(
             model=model,
             messages=messages,
             stream=True,
             temperature=0,
-            max_tokens=24,  # type: ignore[arg-type]
+            max_tokens=24,
             stream_options={"include_usage": True},
         )
         text, finish, usage = "", None, None
@@ -41,7 +44,7 @@ def test_serve_the_embedded_model_to_the_official_sdk() -> None:
             usage = chunk.usage or usage
         assert text.strip() and "\ufffd" not in text
         assert finish in ("stop", "length") and usage is not None and usage.completion_tokens <= 24
-        again = client.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=24)  # type: ignore[arg-type]
+        again = client.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=24)
         assert again.choices[0].message.content == text  # greedy: the streamed and whole replies agree
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
@@ -98,6 +101,7 @@ def test_shutdown_lets_streams_finish_then_ends_the_rest_with_an_error_and_done(
         finished = _events(b"HTTP/1.1 200 OK\r\n\r\n" + b"".join(c for _, c in read_timed(short)))
         assert json.loads(finished[-2])["choices"][0]["finish_reason"] == "length"
         assert finished[-1] == "[DONE]"
+        short.close()
         for sock in running:
             raw = b"".join(c for _, c in read_timed(sock))
             assert raw.endswith(b"0\r\n\r\n")  # a clean end of the chunked body

@@ -74,8 +74,10 @@ def test_concurrent_chats_stream_together_exactly_and_one_can_leave() -> None:
                             await stream.close()  # the client goes away mid-reply
                             return
 
-                outcome = await asyncio.gather(leaver(), *(stream_one(client, q, 32) for q in QUESTIONS[:3]))
-                assert [text for text, _, _ in outcome[1:]] == alone[:3]
+                leaving = asyncio.ensure_future(leaver())
+                outcome = await asyncio.gather(*(stream_one(client, q, 32) for q in QUESTIONS[:3]))
+                await leaving
+                assert [text for text, _, _ in outcome] == alone[:3]
 
         asyncio.run(scenario())
         proc.send_signal(signal.SIGINT)

@@ -13,6 +13,7 @@ import time
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from _uvicorn import serve
 from server_helpers import raw_post, read_timed, replay_app, split_response
@@ -104,7 +105,8 @@ def test_keepalives_while_queued_and_during_prefill() -> None:
         second = raw_post(url, "/v1/chat/completions", chat())
         _, chunks = split_response(b"".join(c for _, c in read_timed(second)))
         read_timed(first)
-        first.close(), second.close()
+        first.close()
+        second.close()
     before_data = []
     for c in chunks:
         if c.startswith(b"data:"):
@@ -315,11 +317,11 @@ def test_openai_sdk_streaming_plain_stop_usage_and_legacy_completions() -> None:
     app, _ = replay_app(text, rate=None)
     with serve(app) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
-        msgs = [{"role": "user", "content": "corpus please"}]
+        msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": "corpus please"}]
         stream = client.chat.completions.create(
             model="replay",
             messages=msgs,
-            stream=True,  # type: ignore[arg-type]
+            stream=True,
             stream_options={"include_usage": True},
             max_tokens=4000,
         )
@@ -332,11 +334,11 @@ def test_openai_sdk_streaming_plain_stop_usage_and_legacy_completions() -> None:
                 usage = chunk.usage
         assert "".join(pieces) == text  # byte-exact through detokenizer, SSE, network and the SDK
         assert finish == "stop" and usage is not None and usage.completion_tokens > 100
-        whole = client.chat.completions.create(model="replay", messages=msgs, max_tokens=4000)  # type: ignore[arg-type]
+        whole = client.chat.completions.create(model="replay", messages=msgs, max_tokens=4000)
         assert whole.choices[0].message.content == text
-        stopped = client.chat.completions.create(model="replay", messages=msgs, stop=["☕"])  # type: ignore[arg-type]
+        stopped = client.chat.completions.create(model="replay", messages=msgs, stop=["☕"])
         assert stopped.choices[0].message.content == text[: text.index("☕")]
-        short = client.chat.completions.create(model="replay", messages=msgs, max_tokens=5)  # type: ignore[arg-type]
+        short = client.chat.completions.create(model="replay", messages=msgs, max_tokens=5)
         assert short.choices[0].finish_reason == "length" and short.usage.completion_tokens == 5  # type: ignore[union-attr]
         legacy = client.completions.create(model="replay", prompt="p", stream=True, max_tokens=4000)
         assert "".join(c.choices[0].text for c in legacy) == text

@@ -6,6 +6,7 @@ Through an ASGI transport: what is checked is which layers an ASGI message passe
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +32,7 @@ class _Seen:
         await self.app(scope, receive, send)
 
 
-def _client(**config: object) -> tuple[httpx.AsyncClient, list[str]]:
+def _client(**config: Any) -> tuple[httpx.AsyncClient, list[str]]:
     app, _ = replay_app(REPLY, rate=None, **config)
     seen: list[str] = []
     app.add_middleware(_Seen, seen=seen)

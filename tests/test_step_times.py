@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
 
 import httpx
 import openai
@@ -18,7 +19,7 @@ from tokenrelay import load_tokenizer
 from tokenrelay._openai import ChatChunkWriter, TextChunkWriter, timed_frame
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._sse import SSEParser
-from tokenrelay._stream import StepTime, StepTimeline, TextDelta
+from tokenrelay._stream import StepTime, StepTimeline, TextDelta, Usage
 from tokenrelay.engines.base import Prompt, SamplingParams, Step, TextStep, TimedIds, stream_events, timed_ids
 from tokenrelay.engines.replay import ReplayEngine
 
@@ -59,8 +60,8 @@ def test_timeline_pairs_tokens_with_their_steps_in_order() -> None:
 def test_timed_ids_are_a_plain_tuple_of_ids_too() -> None:
     step = timed_ids([5, 6], 1.5, 2.5)
     assert isinstance(step, TimedIds)
-    assert step == (5, 6) and list(step) == [5, 6] and len(step) == 2
     assert (step.started, step.ended) == (1.5, 2.5)
+    assert step == (5, 6) and list(step) == [5, 6] and len(step) == 2
 
 
 async def test_every_token_carries_its_own_step_even_when_a_character_spans_steps(tok: Tokenizer) -> None:
@@ -180,9 +181,7 @@ def test_timed_frames_keep_every_shape_the_sdk_reads() -> None:
     assert legacy["choices"][0]["text"] == "x" and legacy["tokenrelay"]["sent_ms"] == 1.0  # type: ignore[index]
 
 
-def chat_usage():  # type: ignore[no-untyped-def]
-    from tokenrelay._openai import Usage
-
+def chat_usage() -> Usage:
     return Usage(3, 4)
 
 
@@ -231,7 +230,7 @@ def test_legacy_completions_are_timed_too(server: tuple[str, ReplayEngine]) -> N
         url, {"prompt": "p", "stream": True, "stream_options": ASK, "max_tokens": 3}, "/v1/completions"
     )
     with_tokens = [c for c in chunks if c["choices"]]
-    assert sum(len(c["tokenrelay"]["steps_ms"]) for c in with_tokens) == 3  # type: ignore[index]
+    assert sum(len(cast(Any, c["tokenrelay"])["steps_ms"]) for c in with_tokens) == 3
 
 
 def test_without_asking_no_chunk_has_the_field(server: tuple[str, ReplayEngine]) -> None:
@@ -266,11 +265,11 @@ def test_the_official_sdk_reads_a_timed_stream(server: tuple[str, ReplayEngine])
     url, _ = server
     client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
     chunks = list(
-        client.chat.completions.create(
+        client.chat.completions.create(  # type: ignore[call-overload]
             model="replay",
-            messages=MESSAGES,  # type: ignore[arg-type]
+            messages=MESSAGES,
             stream=True,
-            stream_options={"include_usage": True, "include_step_times": True},  # type: ignore[typeddict-unknown-key]
+            stream_options={"include_usage": True, "include_step_times": True},
         )
     )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == TEXT

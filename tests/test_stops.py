@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _cuts import random_cut
 from tokenrelay._stops import StopMatcher
 
 CORPUS = Path(__file__).resolve().parent / "data" / "multilingual.txt"
@@ -41,12 +41,6 @@ def run(stops: Sequence[str], deltas: Sequence[str], include_stop: bool = False)
     m = StopMatcher(stops, include_stop=include_stop)
     out = "".join(m.feed(d) for d in deltas) + m.finish()
     return out, m.matched
-
-
-def random_split(text: str, rng: random.Random) -> list[str]:
-    cuts = sorted(rng.sample(range(1, len(text)), k=min(len(text) - 1, rng.randint(0, 8)))) if text else []
-    bounds = [0, *cuts, len(text)]
-    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 # -- rule 1: hold back only a possible stop prefix -------------------------------------------------
@@ -193,7 +187,7 @@ def test_multilingual_corpus_random_splits() -> None:
         for include in (False, True):
             expected = oracle(text, stops, include)
             for _ in range(20):
-                assert run(stops, random_split(text, rng), include) == expected
+                assert run(stops, random_cut(text, rng), include) == expected
 
 
 def test_many_stops_agree_with_the_oracle() -> None:
@@ -202,7 +196,7 @@ def test_many_stops_agree_with_the_oracle() -> None:
     for _ in range(50):
         text = "".join(rng.choice("abcdef ") for _ in range(300))
         expected = oracle(text, stops)
-        assert run(stops, random_split(text, rng)) == expected
+        assert run(stops, random_cut(text, rng)) == expected
 
 
 @given(
@@ -215,4 +209,4 @@ def test_many_stops_agree_with_the_oracle() -> None:
 def test_any_split_equals_the_oracle(text: str, stops: list[str], include: bool, rng: random.Random) -> None:
     expected = oracle(text, stops, include)
     assert run(stops, [text], include) == expected
-    assert run(stops, random_split(text, rng), include) == expected
+    assert run(stops, random_cut(text, rng), include) == expected

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import itertools
 import random
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _cuts import random_steps
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._stream import Finished, TextDelta, TextStream, Timings, Usage, percentile
 from tokenrelay.tokenizers import load_tokenizer
@@ -33,15 +32,6 @@ def smollm2() -> Tokenizer:
 
 def eos(tokenizer: Tokenizer) -> int:
     return min(tokenizer.eos_token_ids)
-
-
-def random_steps(ids: Sequence[int], rng: random.Random, most: int = 4) -> list[list[int]]:
-    steps, i = [], 0
-    while i < len(ids):
-        n = rng.randint(1, most)
-        steps.append(list(ids[i : i + n]))
-        i += n
-    return steps
 
 
 def drive(stream: TextStream, steps: Sequence[Sequence[int]]) -> tuple[list[TextDelta], Finished]:
@@ -237,7 +227,7 @@ def test_held_stop_prefix_is_released_when_the_engine_ends() -> None:
     *last, final = stream.finish()
     assert [e.text for e in last if isinstance(e, TextDelta)] == ["\n\nUs"]
     assert isinstance(final, Finished) and final.reason == "stop" and final.matched is None
-    assert stream.finish() == [] and stream.feed(ids[0]) == []
+    assert stream.finish() == []  # input after it raises: tests/test_end_rule.py
 
 
 def cut_at_first_stop(text: str, stops: Sequence[str]) -> str:
@@ -357,21 +347,3 @@ def test_timings_without_timestamps_are_none() -> None:
 @settings(max_examples=200, deadline=None)
 def test_percentile_matches_numpy(values: list[float], q: float) -> None:
     assert percentile(values, q) == pytest.approx(np.percentile(values, q))
-
-
-# -- sans-I/O ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("module", ["_stops.py", "_stream.py"])
-def test_core_modules_import_only_the_standard_library_and_the_core(module: str) -> None:
-    source = Path(__file__).resolve().parents[1] / "src" / "tokenrelay" / module
-    imported: set[str] = set()
-    for node in ast.walk(ast.parse(source.read_text("utf-8"))):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module)
-    core = {m for m in imported if m.startswith("tokenrelay.")}
-    assert all(m.split(".")[1].startswith("_") for m in core)
-    outside = {m.split(".")[0] for m in imported - core}
-    assert outside <= sys.stdlib_module_names - {"asyncio", "socket", "time", "logging", "threading"}

@@ -12,13 +12,13 @@ import pytest
 from conftest import BUILTINS
 from tiny_tokenizers import corpus_text, hf_llama_style, toy_byte_level, toy_wordpiece
 from tokenrelay import ByteTable, Detokenizer, Tokenizer, TokenizerError, load_tokenizer
-from tokenrelay.tokenizers import HFTokenizer, _mistral_data, smollm2_gguf_path
+from tokenrelay.tokenizers import HFTokenizer, mistral_data_path, smollm2_gguf_path
 
 FILES = {
     "smollm2": lambda: smollm2_gguf_path(),
-    "mistral-v1": lambda: _mistral_data("tokenizer.model.v1"),
-    "mistral-v3": lambda: _mistral_data("mistral_instruct_tokenizer_240323.model.v3"),
-    "tekken": lambda: _mistral_data("tekken_240911.json"),
+    "mistral-v1": lambda: mistral_data_path("tokenizer.model.v1"),
+    "mistral-v3": lambda: mistral_data_path("mistral_instruct_tokenizer_240323.model.v3"),
+    "tekken": lambda: mistral_data_path("tekken_240911.json"),
 }
 
 
@@ -73,7 +73,7 @@ def test_hf_tokenizer_json_file_and_folder(tmp_path: Path) -> None:
 
 
 def test_tokenizer_objects() -> None:
-    core = hf_llama_style(_mistral_data("tokenizer.model.v1"))
+    core = hf_llama_style(mistral_data_path("tokenizer.model.v1"))
     tok = load_tokenizer(core)
     assert isinstance(tok, HFTokenizer)
     assert tok.byte_table() is not None

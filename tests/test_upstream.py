@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from _uvicorn import serve
 from server_helpers import replay_app
@@ -23,7 +24,7 @@ from tokenrelay.engines.upstream import UpstreamEngine
 from tokenrelay.server import ServerConfig, create_app
 
 TEXT = "Relayed ☕ twice: 🦙 नमस्ते, 你好!\nThe end."
-MESSAGES = [{"role": "user", "content": "hi"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 def dead_url() -> str:
@@ -49,11 +50,11 @@ def sdk(url: str) -> openai.OpenAI:
 
 
 def chat_text(url: str, **extra: object) -> str:
-    stream = sdk(url).chat.completions.create(
+    stream = sdk(url).chat.completions.create(  # type: ignore[call-overload]  # **extra: any of the options
         model="replay",
-        messages=MESSAGES,  # type: ignore[arg-type]
+        messages=MESSAGES,
         stream=True,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
     return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
@@ -63,7 +64,7 @@ def test_relays_exact_text_stops_and_usage_through_the_sdk() -> None:
     with serve(app) as upstream, front([upstream]) as (url, _engine):
         assert chat_text(url) == TEXT
         assert chat_text(url, stop=["🦙"]) == TEXT[: TEXT.index("🦙")]  # tokenrelay's own stop matcher
-        whole = sdk(url).chat.completions.create(model="replay", messages=MESSAGES, max_tokens=4)  # type: ignore[arg-type]
+        whole = sdk(url).chat.completions.create(model="replay", messages=MESSAGES, max_tokens=4)
         assert whole.choices[0].finish_reason == "length" and whole.usage is not None
         assert whole.usage.completion_tokens == 4
         legacy = openai.OpenAI(
@@ -80,7 +81,7 @@ def test_a_replica_that_runs_out_of_context_ends_with_length_not_stop() -> None:
         chunks = list(
             sdk(url).chat.completions.create(
                 model="replay",
-                messages=MESSAGES,  # type: ignore[arg-type]
+                messages=MESSAGES,
                 stream=True,
                 max_tokens=100,
                 stream_options={"include_usage": True},
@@ -161,7 +162,7 @@ def test_every_replica_down_is_an_openai_shaped_500_and_4xx_passes_through() -> 
     app, _ = replay_app(TEXT, rate=None)
     with serve(app) as upstream, front([upstream], model="no-such-model") as (url, engine):
         with pytest.raises(openai.NotFoundError, match="does not exist"):
-            sdk(url).chat.completions.create(model="no-such-model", messages=MESSAGES)  # type: ignore[arg-type]
+            sdk(url).chat.completions.create(model="no-such-model", messages=MESSAGES)
         assert engine.replicas[0].healthy  # the replica answered; the request was wrong
 
 

@@ -61,14 +61,14 @@ def model_of(url: str) -> str:
 
 
 def relayed_chat(url: str, content: str, max_tokens: int, **extra: object) -> tuple[str, str | None, object]:
-    stream = sdk(url).chat.completions.create(
+    stream = sdk(url).chat.completions.create(  # type: ignore[call-overload]
         model=model_of(url),
         messages=[{"role": "user", "content": content}],
         temperature=0,
         max_tokens=max_tokens,
         stream=True,
         stream_options={"include_usage": True},
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
     text, finish, usage = "", None, None
     for chunk in stream:

@@ -22,7 +22,7 @@ def hf_llama_style(spm_path: Path) -> Tokenizer:
     vocab = [(sp.id_to_piece(i), float(sp.get_score(i))) for i in range(sp.vocab_size())]
     tk = Tokenizer(models.Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=True))
     tk.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tk.pre_tokenizer = None  # type: ignore[assignment]
+    tk.pre_tokenizer = None
     tk.decoder = decoders.Sequence(
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
     )

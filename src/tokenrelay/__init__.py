@@ -19,6 +19,7 @@ from ._errors import (
     TokenizerError,
     TokenRelayError,
     UnavailableError,
+    UseAfterFinishError,
 )
 from ._openai import (
     ChatChunkWriter,
@@ -68,6 +69,7 @@ __all__ = [
     "TokenizerError",
     "UnavailableError",
     "Usage",
+    "UseAfterFinishError",
     "__version__",
     "chat_completion",
     "encode_event",

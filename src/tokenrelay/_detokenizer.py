@@ -16,8 +16,9 @@ streaming decoders, and this module is built around them:
 Two paths, chosen automatically:
 
 * **Byte table** (fast path): ``tokenizer.byte_table()`` gives each token's bytes plus the family's rules; the
-  table was verified against the reference decode when the tokenizer was loaded. In the steady state a token
-  whose bytes are a complete UTF-8 string costs one list lookup.
+  table was verified against the reference decode when the tokenizer was loaded, and ``_byte_table.py``
+  compiles it once into per-id actions. In the steady state a token whose bytes are a complete UTF-8 string
+  costs one list lookup.
 * **Window** (fallback, ``_window.py``): for decoders that are not byte-representable (WordPiece, cleanup
   rules), a bounded window of ids is re-decoded each step and only text that further tokens did not change is
   emitted.
@@ -28,18 +29,31 @@ that a stop string is charged to the id that completed it, not to the ids that r
 
 Contract: for any ids and any way of cutting them into ``feed`` calls, ``"".join(feeds) + finish()`` equals
 ``tokenizer.decode(all_ids)``; with ``prompt_ids`` it equals ``decode(prompt + ids)[len(decode(prompt)):]``.
-This module is sans-I/O: standard library only.
+This module is sans-I/O: standard library only. It is a little over 400 lines because it is one class whose
+hot path (``feed``) and by-the-book path (``_feed_slow``, ByteFallback runs) must keep the same state; the
+compiled table they read is ``_byte_table.py``.
 """
 
 from __future__ import annotations
 
-import codecs
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ._errors import TokenizerError
+from ._byte_table import (
+    BYTE,
+    FLUSH,
+    PER_BYTE_ERRORS,
+    SKIP,
+    SPECIAL,
+    TEXT,
+    UTF8_BAD,
+    UTF8_STEP,
+    Utf8Decoder,
+    compile_table,
+    utf8_decode,
+)
+from ._errors import TokenizerError, UseAfterFinishError
 from ._protocols import ByteTable, Tokenizer
 from ._window import WindowDecoder
 
@@ -48,65 +62,6 @@ __all__ = ["DetokenizedPiece", "Detokenizer", "StrandedBytes", "decode_with_tabl
 #: What ``finish()`` does with bytes of a character that never completed: ``"replace"`` them with U+FFFD as the
 #: reference decode does, or ``"discard"`` them (then the output differs from the reference by those U+FFFDs).
 StrandedBytes = Literal["replace", "discard"]
-
-_PER_BYTE_ERRORS = "tokenrelay.per_byte"
-
-
-def _per_byte_replace(exc: UnicodeError) -> tuple[str, int]:
-    # SentencePiece writes one U+FFFD for every byte that is not part of a complete character, where Python's
-    # "replace" writes one per maximal invalid subpart (b"\xf0\x9f\xa6" → 3 vs 1).
-    if isinstance(exc, UnicodeDecodeError):
-        return "\ufffd" * (exc.end - exc.start), exc.end
-    raise exc
-
-
-codecs.register_error(_PER_BYTE_ERRORS, _per_byte_replace)
-_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
-# codecs.utf_8_decode(data, errors, final) -> (text, consumed): the incremental decoder's core without the
-# object; holding the unconsumed tail ourselves costs half as much per token (benchmarks/detokenizer.py).
-_utf8_decode = codecs.utf_8_decode
-
-# What a token id does, for one value of skip_special_tokens.
-
-
-def _utf8_steps() -> tuple[bytes, ...]:
-    """A UTF-8 validator as a table: ``_UTF8_STEP[state][byte]`` is the next state. State 0: complete text so far;
-    1-3: that many continuation bytes due; 4-7: the same after E0, ED, F0, F4, whose first continuation byte has a
-    narrower range (no overlong forms, surrogates or code points past U+10FFFF). Invalid whatever follows:
-    ``_UTF8_BAD``. It agrees with Python's strict incremental decoder (tested)."""
-
-    def row(spans: dict[int, range]) -> bytes:
-        out = [_UTF8_BAD] * 256
-        for state, span in spans.items():
-            for byte in span:
-                out[byte] = state
-        return bytes(out)
-
-    lead = row({0: range(0x80), 1: range(0xC2, 0xE0), 2: range(0xE1, 0xF0), 3: range(0xF1, 0xF4)})
-    lead = lead[:0xE0] + bytes([4]) + lead[0xE1:0xED] + bytes([5]) + lead[0xEE:0xF0] + bytes([6])
-    lead += bytes([3, 3, 3, 7]) + bytes([_UTF8_BAD] * 11)
-    cont = range(0x80, 0xC0)
-    return (
-        lead,
-        row({0: cont}),
-        row({1: cont}),
-        row({2: cont}),
-        row({1: range(0xA0, 0xC0)}),
-        row({1: range(0x80, 0xA0)}),
-        row({2: range(0x90, 0xC0)}),
-        row({2: range(0x80, 0x90)}),
-    )
-
-
-_UTF8_BAD = 255
-_UTF8_STEP = _utf8_steps()
-
-_TEXT = 0  # an ordinary piece: may lose its leading space at the start of a segment
-_RAW = 1  # text that is never space-stripped (unknown surface, a special kept as text)
-_BYTE = 2  # a byte-fallback token
-_SKIP = 3  # dropped, invisible to everything around it
-_FLUSH = 4  # dropped, but ends pending bytes (the family decodes the text between specials separately)
-_SPECIAL = 5  # kept special: ends pending bytes, then its text, then maybe a new segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,68 +72,13 @@ class DetokenizedPiece:
     token_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class _Compiled:
-    kinds: list[int]
-    whole: list[str | None]  # text per id from a clean start, for ids that leave nothing pending
-    split: list[tuple[str, bytes] | None]  # the same for ids that end inside a character: (text, tail)
-    plain: list[bytes | None]  # bytes for the incremental decoder, when the id needs no other rule
-    plain_by_id: dict[int, bytes]  # the same, for batches
-
-
-_COMPILED: weakref.WeakKeyDictionary[ByteTable, dict[bool, _Compiled]] = weakref.WeakKeyDictionary()
-
-
-def _compile(table: ByteTable, skip: bool) -> _Compiled:
-    """Per-id actions and steady-state text, built once per table and ``skip_special_tokens`` value."""
-    per_table = _COMPILED.setdefault(table, {})
-    if skip in per_table:
-        return per_table[skip]
-    n = len(table.pieces)
-    kinds = [_TEXT] * n
-    for i in table.raw_pieces:
-        kinds[i] = _RAW
-    for i in table.byte_tokens:
-        kinds[i] = _BYTE
-    for i in table.special:
-        if skip:
-            kinds[i] = _FLUSH if table.specials_flush else _SKIP
-        else:
-            kinds[i] = _SPECIAL if (table.specials_flush or table.kept_special_restarts) else _RAW
-    errors = _PER_BYTE_ERRORS if table.invalid_utf8 == "per_byte" else "replace"
-    fast: list[str | None] = [None] * n
-    tails: list[bytes] = [b""] * n
-    for i, kind in enumerate(kinds):
-        if kind in (_SKIP, _FLUSH):
-            fast[i] = ""  # nothing is pending in the steady state, so a flush is a no-op
-        elif kind == _SPECIAL and table.kept_special_restarts:
-            continue
-        elif table.invalid_utf8 == "byte_run":
-            if kind != _BYTE:
-                fast[i] = bytes(table.pieces[i]).decode("utf-8", "replace")
-        else:
-            # What the incremental decoder would return from a clean start, and the unfinished tail it
-            # would keep: precomputed, so most tokens cost a lookup even inside long runs of split characters.
-            data = bytes(table.pieces[i])
-            text, used = _utf8_decode(data, errors, False)
-            fast[i], tails[i] = text, data[used:]
-    plain: list[bytes | None] = [
-        (b"" if kind == _SKIP else bytes(table.pieces[i])) if kind <= _SKIP else None
-        for i, kind in enumerate(kinds)
-    ]
-    by_id = {i: b for i, b in enumerate(plain) if b is not None}
-    whole = [t if not tail else None for t, tail in zip(fast, tails, strict=True)]
-    split = [(t, tail) if t is not None and tail else None for t, tail in zip(fast, tails, strict=True)]
-    per_table[skip] = compiled = _Compiled(kinds, whole, split, plain, by_id)
-    return compiled
-
-
 class Detokenizer:
     """Incremental detokenizer: ``feed(ids) -> str`` of newly final text, ``finish() -> str`` at the end.
 
     Joined outputs over any split of the ids equal the one-shot ``tokenizer.decode``; text once returned is never
     contradicted. ``stranded="replace"`` (default) turns bytes of an unfinished character into U+FFFD at
-    ``finish()``, exactly like the reference decode; ``stranded="discard"`` drops them instead.
+    ``finish()``, exactly like the reference decode; ``stranded="discard"`` drops them instead. ``finish()`` may
+    be called again (it returns ``""``); ``feed`` after it raises :class:`UseAfterFinishError`.
     """
 
     def __init__(
@@ -215,7 +115,7 @@ class Detokenizer:
     # -- set-up ------------------------------------------------------------------------------------------
 
     def _setup_table(self, table: ByteTable, skip: bool) -> None:
-        compiled = _compile(table, skip)
+        compiled = compile_table(table, skip)
         self._kinds = compiled.kinds
         self._whole = compiled.whole
         self._split = compiled.split
@@ -227,11 +127,11 @@ class Detokenizer:
         self._leading = table.leading_space
         self._specials_flush = table.specials_flush
         self._restarts = table.kept_special_restarts
-        self._errors = _PER_BYTE_ERRORS if table.invalid_utf8 == "per_byte" else "replace"
+        self._errors = PER_BYTE_ERRORS if table.invalid_utf8 == "per_byte" else "replace"
         self._pend = b""  # bytes of an unfinished character
         self._run = bytearray()  # pending byte-fallback run ("byte_run" policy)
         self._run_owner: list[int] = []  # per byte of the run: the index (in ids fed) of the id it came from
-        self._run_state = 0  # the run's state in _UTF8_STEP: 0 = complete text so far
+        self._run_state = 0  # the run's state in UTF8_STEP: 0 = complete text so far
         self._run_bad = False  # the run is invalid whatever follows: each byte is shown as U+FFFD at once
         self._fed = 0  # ids through the slow path (all of them under "byte_run"): the owner numbering
         # Held text the latest call released ("byte_run"): (its start in that call's text, owner per character)
@@ -261,7 +161,7 @@ class Detokenizer:
                     data = self._plain_bytes[ids]
                     if data is not None:
                         data = pend + data
-                        text, used = _utf8_decode(data, self._errors, False)
+                        text, used = utf8_decode(data, self._errors, False)
                         self._pend = data[used:]
                         return text
             return self._feed_any(ids)
@@ -277,7 +177,7 @@ class Detokenizer:
             else:
                 if self._pend:
                     data = self._pend + data
-                text, used = _utf8_decode(data, self._errors, False)
+                text, used = utf8_decode(data, self._errors, False)
                 self._pend = data[used:]
                 return text
         # A byte-fallback run, a special with rules, a first-token rule, an empty or invalid batch: by the book.
@@ -341,7 +241,7 @@ class Detokenizer:
 
     def _feed_any(self, ids: int | Iterable[int]) -> str:
         if self._finished:
-            raise RuntimeError("Detokenizer.feed() called after finish()")
+            raise UseAfterFinishError("Detokenizer.feed() called after finish()")
         batch: Iterable[int] = (ids,) if isinstance(ids, int) else ids
         if self._window is not None:
             return self._window.feed(list(batch))
@@ -373,23 +273,23 @@ class Detokenizer:
                 if strip:
                     # llama.cpp's llama_detokenize strips one space from token 0, even one it renders as nothing.
                     self._bos = False
-                if kind == _SKIP:
+                if kind == SKIP:
                     continue
-                if kind in (_FLUSH, _SPECIAL):
+                if kind in (FLUSH, SPECIAL):
                     if self._specials_flush:
                         self._flush_into(out, final=False)
-                    if kind == _FLUSH:
+                    if kind == FLUSH:
                         continue
                 data = bytes(pieces[i])
                 if strip and data[:1] == b" ":
                     data = data[1:]
-                if self._bos and self._leading == "first_piece" and kind != _SPECIAL:
+                if self._bos and self._leading == "first_piece" and kind != SPECIAL:
                     # SentencePiece drops the dummy-prefix space of the first ordinary piece of a segment only.
-                    if kind == _TEXT and data.startswith(b" "):
+                    if kind == TEXT and data.startswith(b" "):
                         data = data[1:]
                     self._bos = False
                 if self._policy == "byte_run":
-                    if kind == _BYTE:
+                    if kind == BYTE:
                         if self._run_bad:
                             # The run is invalid whatever follows: HF ByteFallback shows all of it as U+FFFDs.
                             self._emit(out, "\ufffd" * len(data))
@@ -397,14 +297,14 @@ class Detokenizer:
                         self._run += data
                         if len(data) == 1:
                             self._run_owner.append(fed)
-                            state = _UTF8_STEP[self._run_state][data[0]]
+                            state = UTF8_STEP[self._run_state][data[0]]
                         else:
                             self._run_owner += [fed] * len(data)
                             state = self._run_state
                             for byte in data:
-                                state = _UTF8_STEP[state][byte]
+                                state = UTF8_STEP[state][byte]
                         self._run_state = state
-                        if state == _UTF8_BAD:  # no continuation can make the run valid now
+                        if state == UTF8_BAD:  # no continuation can make the run valid now
                             self._run_bad = True
                             self._end_run(out)
                         continue
@@ -413,10 +313,10 @@ class Detokenizer:
                     self._emit(out, data.decode("utf-8", "replace"))
                 else:
                     data = self._pend + data
-                    text, used = _utf8_decode(data, self._errors, False)
+                    text, used = utf8_decode(data, self._errors, False)
                     self._pend = data[used:]
                     self._emit(out, text)
-                if kind == _SPECIAL and self._restarts:
+                if kind == SPECIAL and self._restarts:
                     self._bos = self._leading != "keep"
         finally:
             self._fed = fed + 1
@@ -455,7 +355,7 @@ class Detokenizer:
         self._run.clear()
         self._run_owner, self._run_state = [], 0
         if discard_tail and not self._run_bad:
-            probe = _Utf8Decoder("replace")
+            probe = Utf8Decoder("replace")
             probe.decode(run)
             run = run[: len(run) - len(probe.getstate()[0])]
         # Which id completed each character, as the reference decode of the ids up to it shows it: a valid run's
@@ -468,7 +368,7 @@ class Detokenizer:
             # U+FFFD shows from the first prefix, at or after byte k, that is not complete text.
             text = "\ufffd" * len(run)
             owners = [0] * len(run)
-            probe = _Utf8Decoder("strict")
+            probe = Utf8Decoder("strict")
             whole = []
             for k in range(len(run)):
                 try:
@@ -499,7 +399,7 @@ class Detokenizer:
             self._pend = b""
         else:
             pend, self._pend = self._pend, b""
-            self._emit(out, _utf8_decode(pend, self._errors, True)[0])
+            self._emit(out, utf8_decode(pend, self._errors, True)[0])
         if final:
             self._update_state()
 

@@ -10,6 +10,7 @@ lookup table of its own::
     ├── ProtocolError                    502 server_error        a peer broke the SSE / OpenAI wire format
     │   └── StreamTruncated              502 server_error        the stream ended before it finished
     ├── EngineError                      500 server_error        the model failed mid-generation
+    ├── UseAfterFinishError              500 server_error        input after finish()/close() (a caller's bug)
     ├── UnavailableError                 503 server_error        the server is shutting down
     └── InvalidRequestError              400 invalid_request_error
         ├── AuthenticationError          401 authentication_error
@@ -19,6 +20,13 @@ lookup table of its own::
         └── RateLimitError               429 rate_limit_error
 
 Errors carry plain data (``param``, ``code``), never a request object.
+
+One rule for every incremental object (``Detokenizer``, ``StopMatcher``, ``TextStream``, ``SSEParser``, the
+chunk writers, the doctor's ``ContentDecoder``): its end method (``finish()``, ``close()``, ``flush()``) says the
+input is over. Calling it again returns nothing new (``""``, ``[]``, ``b""``); giving the object input after it
+raises :class:`UseAfterFinishError`, never a silent restart. An object that ends the stream by itself before
+that (a stop string, ``TextStream``'s ``Finished``) drops further input instead: text after a stop is dropped
+whether it comes in the same call or a later one, so every split of the input gives the same result.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ __all__ = [
     "TokenRelayError",
     "TokenizerError",
     "UnavailableError",
+    "UseAfterFinishError",
 ]
 
 
@@ -84,6 +93,12 @@ class StreamTruncated(ProtocolError):
 
 class EngineError(TokenRelayError):
     """The engine failed while generating."""
+
+
+class UseAfterFinishError(TokenRelayError, RuntimeError):
+    """An incremental object got input after its ``finish()``/``close()``/``flush()`` (see the module docstring).
+
+    A bug in the caller, not in the stream: a ``RuntimeError`` as well, like any use of a closed object."""
 
 
 class UnavailableError(TokenRelayError):

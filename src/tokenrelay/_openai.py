@@ -36,6 +36,7 @@ from ._errors import (
     RateLimitError,
     RequestTimeoutError,
     TokenRelayError,
+    UseAfterFinishError,
 )
 from ._sse import ServerSentEvent
 from ._stream import Usage
@@ -67,14 +68,16 @@ def json_bytes(obj: object) -> bytes:
 
 
 class _ChunkWriter:
-    """The part every chunk of one stream shares, rendered once: the server calls a writer once per token."""
+    """The part every chunk of one stream shares, rendered once: the server calls a writer once per token.
+    After ``finish()`` only ``usage()`` follows; another ``finish()`` is ``b""``, other chunks raise."""
 
-    __slots__ = ("_head", "_prompt_ids", "_tail")
+    __slots__ = ("_ended", "_head", "_prompt_ids", "_tail")
 
     def __init__(
         self, obj: str, id: str, model: str, created: int, system_fingerprint: str | None, include_usage: bool
     ) -> None:
         self._prompt_ids: list[int] | None = None
+        self._ended = False
         fields = {
             "id": id,
             "object": obj,
@@ -97,8 +100,18 @@ class _ChunkWriter:
         self._prompt_ids = list(ids)
 
     def _take_prompt_ids(self) -> list[int] | None:
+        if self._ended:  # every choice chunk but delta() starts here
+            raise self._after_finish()
         ids, self._prompt_ids = self._prompt_ids, None
         return ids
+
+    def _after_finish(self) -> UseAfterFinishError:
+        return UseAfterFinishError(f"{type(self).__name__}: a chunk after finish()")
+
+    def _last(self, choice: dict[str, object]) -> bytes:
+        frame = b"" if self._ended else self._frame(choice)
+        self._ended = True
+        return frame
 
 
 class ChatChunkWriter(_ChunkWriter):
@@ -158,6 +171,8 @@ class ChatChunkWriter(_ChunkWriter):
 
     def delta(self, text: str) -> bytes:
         """A content delta."""
+        if self._ended:
+            raise self._after_finish()
         # Joining bytes: concatenating str would widen the whole frame to the text's widest character first.
         return b"".join((self._content_head, encode_basestring(text).encode(), self._content_tail))
 
@@ -173,7 +188,7 @@ class ChatChunkWriter(_ChunkWriter):
         }
         if token_ids is not None:
             choice["token_ids"] = list(token_ids)
-        return self._frame(choice)
+        return self._last(choice)
 
 
 class TextChunkWriter(_ChunkWriter):
@@ -196,6 +211,8 @@ class TextChunkWriter(_ChunkWriter):
 
     def delta(self, text: str) -> bytes:
         """A text delta."""
+        if self._ended:
+            raise self._after_finish()
         return b"".join((self._text_head, encode_basestring(text).encode(), self._text_tail))
 
     def _frame(self, choice: dict[str, object]) -> bytes:
@@ -220,7 +237,7 @@ class TextChunkWriter(_ChunkWriter):
         choice: dict[str, object] = {"text": "", "index": 0, "logprobs": None, "finish_reason": finish_reason}
         if token_ids is not None:
             choice["token_ids"] = list(token_ids)
-        return self._frame(choice)
+        return self._last(choice)
 
 
 def timed_frame(frame: bytes, *, origin: float, sent: float, steps: Sequence[StepTime] | None) -> bytes:

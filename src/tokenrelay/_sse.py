@@ -34,10 +34,10 @@ the size limit, every cutting returns the same events and then raises the same :
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import NamedTuple
 
-from ._errors import ProtocolError
+from ._errors import ProtocolError, UseAfterFinishError
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEParser", "ServerSentEvent", "encode_event"]
 
@@ -120,7 +120,8 @@ class SSEParser:
     ``max_event_bytes`` bounds every line and the sum of an event's non-comment lines (line ends excluded); a
     stream over it gets :class:`ProtocolError` instead of more memory. Events completed before the offending
     line are returned first; the error is raised by that call when it has none to return, else by the next
-    ``feed``/``close``. ``last_event_id`` seeds the id buffer, as a reconnecting client does.
+    ``feed``/``close``. ``last_event_id`` seeds the id buffer, as a reconnecting client does. After
+    :meth:`close` (which may be called again), ``feed`` raises :class:`UseAfterFinishError`.
     """
 
     __slots__ = (
@@ -241,7 +242,7 @@ class SSEParser:
             partial.clear()
         return self._keep(tail, self._lines(lines))
 
-    def iter_events(self, chunks: Iterable[bytes]) -> Iterator[ServerSentEvent]:
+    def iter_events(self, chunks: Iterable[bytes]) -> Generator[ServerSentEvent, None, None]:
         """Parse a stream given as chunks: ``feed`` each in turn, then :meth:`close` when they run out.
 
         Yields exactly the events those calls return and raises what they raise, each event before the next
@@ -285,7 +286,7 @@ class SSEParser:
         if self._error is not None:
             raise self._error
         if self._closed:
-            raise ValueError("SSEParser.feed() after close()")
+            raise UseAfterFinishError("SSEParser.feed() after close()")
         if self._head is not None:
             data = self._take_bom(data)
         if self._skip_lf and data:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ._errors import UseAfterFinishError
+
 __all__ = ["StopMatcher"]
 
 _NO_MATCH = -1
@@ -104,13 +106,15 @@ class StopMatcher:
 
     ``feed(delta)`` returns the text that is now safe to send (possibly ``""``); ``finish()`` returns what was
     still held back when the stream ends without a stop. After a stop, ``stopped`` is true, ``matched`` is the
-    stop string that won, and every later ``feed`` returns ``""``.
+    stop string that won, and every later ``feed`` returns ``""`` (rule 5: the text after a stop is dropped
+    whichever call it comes in). ``finish()`` may be called again (it returns ``""``); ``feed`` after it raises
+    :class:`UseAfterFinishError`.
 
     Contract: joined outputs over any split of the input equal the one-shot result,
     ``"".join(m.feed(d) for d in deltas) + m.finish() == StopMatcher(stops).feed("".join(deltas)) + ...``.
     """
 
-    __slots__ = ("_auto", "_held", "_include_stop", "_matched", "_state", "_stop_end", "_stops")
+    __slots__ = ("_auto", "_finished", "_held", "_include_stop", "_matched", "_state", "_stop_end", "_stops")
 
     def __init__(self, stops: Sequence[str], *, include_stop: bool = False) -> None:
         if isinstance(stops, str):
@@ -128,6 +132,7 @@ class StopMatcher:
         self._held = ""  # always the last depth[_state] characters of the text fed so far
         self._matched: str | None = None
         self._stop_end = 0
+        self._finished = False
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -157,6 +162,8 @@ class StopMatcher:
     def feed(self, text: str) -> str:
         """Consume ``text``; return the part of the stream that can no longer become a stop."""
         auto = self._auto
+        if self._finished:
+            raise UseAfterFinishError("StopMatcher.feed() called after finish()")
         if self._matched is not None or not text:
             return ""
         if auto is None:
@@ -201,7 +208,8 @@ class StopMatcher:
         return combined if self._include_stop else combined[:start]
 
     def finish(self) -> str:
-        """End of stream: release the held-back tail (``""`` after a stop)."""
+        """End of stream: release the held-back tail (``""`` after a stop, or when called again)."""
+        self._finished = True
         held, self._held = self._held, ""
         self._state = 0
         return "" if self._matched is not None else held

@@ -10,7 +10,9 @@ The one place where a reply's end is decided. Per token id, in order:
    meaning of ``length`` is "cut short", and that reply was not).
 
 When the reply ends, the detokenizer and the matcher are flushed, ids after the stopping one in the same step
-are dropped, and ``feed`` returns the ``Finished`` event: the caller must then stop its engine.
+are dropped, and ``feed`` returns the ``Finished`` event: the caller must then stop its engine. Steps fed after
+that are dropped too (``[]``), so every split gives the same reply; a step fed after the caller's own
+``finish()`` raises ``UseAfterFinishError`` (the rule in ``_errors.py``).
 
 A stop string is charged to the id that completed it: the first id whose reference decode (with the ids
 before it) shows the stop. The detokenizer may reveal that text only with a later id (a ByteFallback run of
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from tokenrelay._detokenizer import Detokenizer
+from tokenrelay._errors import UseAfterFinishError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._stops import StopMatcher
 
@@ -209,6 +212,7 @@ class TextStream:
         self._pending: list[int] = []  # consumed ids whose text no delta has carried yet
         self._pieces: list[str] = []
         self._finished: Finished | None = None
+        self._closed = False  # the caller called finish(): more input is a bug
         self._started_at = started_at
         self._delta_times: list[float] = []
 
@@ -258,7 +262,7 @@ class TextStream:
     def feed(self, ids: int | Sequence[int], now: float | None = None) -> list[Event]:
         """Consume one engine step; return at most one ``TextDelta`` and, if the reply ended, ``Finished``."""
         if self._finished is not None:
-            return []
+            return self._after_end()
         step = (ids,) if isinstance(ids, int) else ids
         parts: list[str] = []
         delta_ids: list[int] = []
@@ -281,7 +285,7 @@ class TextStream:
         """Consume text an engine made itself (llama.cpp's server, whose ids are incomplete): it skips the
         detokenizer, but stop strings, ``max_tokens`` (counting ``tokens`` per call) and usage still apply."""
         if self._finished is not None:
-            return []
+            return self._after_end()
         parts: list[str] = []
         delta_ids: list[int] = []
         self._count += tokens
@@ -294,11 +298,17 @@ class TextStream:
 
     def finish(self, now: float | None = None, reason: FinishReason = "stop") -> list[Event]:
         """The engine ended by itself: flush what is held and finish with ``reason`` (``[]`` if finished)."""
+        self._closed = True
         if self._finished is not None:
             return []
         return self._end(reason, [], [], now)
 
     # -- internals ---------------------------------------------------------------------------------
+
+    def _after_end(self) -> list[Event]:
+        if self._closed:
+            raise UseAfterFinishError("TextStream.feed() called after finish()")
+        return []  # the reply ended by itself (stop, length): what the engine still sends is dropped
 
     def _release(self, text: str, parts: list[str], delta_ids: list[int]) -> None:
         if text:

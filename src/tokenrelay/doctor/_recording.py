@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tokenrelay._errors import ProtocolError
+from tokenrelay._errors import ProtocolError, UseAfterFinishError
 from tokenrelay._sse import ServerSentEvent, SSEParser
 
 __all__ = [
@@ -128,12 +128,14 @@ class ContentDecoder:
     Joined outputs over any split of the input equal the one-shot decoding. ``identity`` (or none), ``gzip``
     and ``deflate`` (zlib-wrapped, or raw as some servers send it) are known; anything else raises
     :class:`ValueError` at construction (the probe only offers ``gzip, deflate``); a corrupt body raises
-    :class:`ValueError` too.
+    :class:`ValueError` too. ``flush()`` again returns ``b""``; ``feed`` after it raises
+    :class:`UseAfterFinishError`.
     """
 
     def __init__(self, encoding: str | None) -> None:
         self.encoding = (encoding or "identity").strip().lower()
         self._head: bytes | None = None  # deflate: the first bytes, until there are two to sniff
+        self._flushed = False
         if self.encoding in ("identity", ""):
             self._zlib = None
         elif self.encoding in ("gzip", "x-gzip"):
@@ -145,6 +147,8 @@ class ContentDecoder:
             raise ValueError(f"cannot decode Content-Encoding {encoding!r}")
 
     def feed(self, data: bytes) -> bytes:
+        if self._flushed:
+            raise UseAfterFinishError("ContentDecoder.feed() after flush()")
         if self._zlib is None:
             return data
         if self._head is not None:
@@ -163,7 +167,8 @@ class ContentDecoder:
             raise ValueError(f"corrupt {self.encoding} body: {exc}") from exc
 
     def flush(self) -> bytes:
-        if self._zlib is None:
+        flushed, self._flushed = self._flushed, True
+        if self._zlib is None or flushed:
             return b""
         if self._head:
             raise ValueError("deflate stream ended after one byte")

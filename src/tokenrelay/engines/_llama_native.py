@@ -120,7 +120,7 @@ class NativeModel:
         cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
         ctx = lc.llama_init_from_model(model.model, cparams)
         if ctx is None:
-            model.close()  # type: ignore[no-untyped-call]
+            model.close()  # type: ignore[no-untyped-call,unused-ignore]  # Any without llama_cpp (make lint)
             raise ConfigError(
                 f"llama.cpp could not make a context of {n_parallel} × {n_ctx_seq} tokens for {path}"
             )

@@ -5,7 +5,7 @@ The default model is SmolLM2-135M-Instruct (Q4_1), shipped inside the ``llm-smol
 (``TextStream``) with the tokenizer read from the same GGUF file, so llama.cpp's streaming text path is not
 involved. (For a byte-level BPE vocabulary the tokenizer is an HF rebuild of it; for others, such as
 SentencePiece, llama.cpp's own tokenize/detokenize are the reference the detokenizer's table is checked
-against — see ``gguf_tokenizers``.)
+against — see ``tokenizers.gguf``.)
 
 Continuous batching (issue 10), as ``llama-server --parallel N`` does it: one context holds ``n_parallel``
 KV-cache sequences of ``n_ctx`` tokens each; one worker thread owns the model and, every step, packs one token

@@ -1,4 +1,4 @@
-// Streaming Markdown, a block at a time (issue 7): closed blocks are rendered once and never touched again;
+// Streaming Markdown, a block at a time: closed blocks are rendered once and never touched again;
 // only the open tail is parsed and rendered again as text arrives, so the work per update depends on the
 // size of the last block, not on how long the reply already is.
 //

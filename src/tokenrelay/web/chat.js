@@ -1,5 +1,6 @@
 // The chat completions stream, from the page's side: POST /v1/chat/completions with stream: true, read the
-// SSE body, and tell a finished answer from a stopped, failed or truncated one (issue 7).
+// SSE body, and tell a finished answer from a stopped, failed or truncated one (the page must never show a
+// cut-off answer as a whole one).
 //
 // OpenAI streaming format: each `data:` line holds a chat.completion.chunk; text is in
 // choices[0].delta.content, the end in choices[0].finish_reason; with stream_options.include_usage a last

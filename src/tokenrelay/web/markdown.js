@@ -1,5 +1,5 @@
 // Markdown -> a safe description of DOM nodes. markdown-it parses; this module decides what may reach the
-// page. Model output is untrusted text (issue 7: "model output can never inject markup or script"), so:
+// page. Model output is untrusted text, and the page's rule is that it can never inject markup or script, so:
 //
 //   - markdown-it runs with html: false, so raw HTML in the reply stays text (and any html token a future
 //     option or plugin let through is still written as text below);
@@ -9,7 +9,7 @@
 //     on its own (an image URL is the classic way to leak a conversation), and the CSP's img-src would
 //     block most of them anyway;
 //   - the output is a plain tree, {tag, attrs, children} with strings for text, and only the tags and
-//     attributes listed below ever appear in it; dom.js turns it into nodes with createElement,
+//     attributes listed below ever appear in it; view.js turns it into nodes with createElement,
 //     setAttribute and createTextNode, never innerHTML.
 //
 // Reference-style link definitions ("[id]: /url") are switched off: a definition can come after the text

@@ -1,4 +1,4 @@
-// A jitter buffer for streamed text (issue 7, optional smoothing). Tokens arrive in bursts; shown as they
+// A jitter buffer for streamed text (the smoothing setting). Tokens arrive in bursts; shown as they
 // come, the reply stutters. The smoother holds text briefly and releases it at an even pace:
 //
 //   - each push is spread over the gap expected before the next one (a moving average of the gaps seen),

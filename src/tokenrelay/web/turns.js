@@ -49,7 +49,7 @@ export function liveText(stats) {
 }
 
 /**
- * The meta line of a reply that has ended; an unfinished one must not look finished (issue 7).
+ * The meta line of a reply that has ended; an unfinished one must not look finished.
  * @param {import('./chat.js').Outcome} outcome
  */
 export function outcomeText(outcome) {

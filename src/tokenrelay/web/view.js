@@ -1,4 +1,4 @@
-// The last hop: rendered blocks -> DOM, at most one write per animation frame (issue 7). Text from the
+// The last hop: rendered blocks -> DOM, at most one write per animation frame. Text from the
 // network is only buffered when it arrives; one frame callback moves what is due into the BlockRenderer and
 // brings the open tail's nodes up to date, in one go, changing only what differs. Once a block is closed its
 // nodes are never touched again. The container holds the blocks in groups: <div class="blocks">block…</div>

@@ -1,7 +1,7 @@
 """GGUF vocabularies: SmolLM2-style byte-level BPE rebuilt as an HF tokenizer, anything else through llama.cpp.
 
 ``load_gguf(path)`` reads the metadata with ``_gguf.read_gguf_metadata``. A ``gpt2`` vocabulary becomes an
-:class:`~tokenrelay.tokenizers.HFTokenizer` built from its tokens, merges and token types (it tokenizes exactly as
+:class:`~tokenrelay.tokenizers.hf.HFTokenizer` built from its tokens, merges and token types (it tokenizes exactly as
 llama.cpp does; a test checks it). Any other vocabulary (SentencePiece ``llama``, …) is served by
 :class:`LlamaCppVocabTokenizer`, whose reference encode and decode are llama.cpp's own, opened ``vocab_only``.
 """
@@ -13,20 +13,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._errors import TokenizerError
-from ._gguf import (
+from .._errors import TokenizerError
+from .._gguf import (
     GGUF_HEADER_SIZE,
     GGUFFormatError,
     GGUFTruncatedError,
     check_gguf_header,
     read_gguf_metadata,
 )
-from ._protocols import ByteTable, Tokenizer
-from .tokenizers import _EOS_NAMES, HFTokenizer, _Base
+from .._protocols import ByteTable, Tokenizer
+from .base import EOS_NAMES, TokenizerBase
+from .hf import HFTokenizer
 
 __all__ = ["LlamaCppVocabTokenizer", "load_gguf"]
-
-# -- GGUF --------------------------------------------------------------------------------------------------
 
 # Pre-tokenizer regexes by GGUF `tokenizer.ggml.pre` (they shape encode only; decode does not depend on them).
 _DIGITS_THEN_GPT2 = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")
@@ -89,7 +88,7 @@ def load_gguf(path: Path, name: str | None) -> Tokenizer:
     tk.add_tokens([AddedToken(tokens[i], normalized=False) for i, t in enumerate(types) if t == 4])
     eos = meta.get("tokenizer.ggml.eos_token_id")
     eos_ids = {int(eos)} if eos is not None else set()
-    eos_ids |= {i for i, t in enumerate(tokens) if t in _EOS_NAMES and types[i] == 3}
+    eos_ids |= {i for i, t in enumerate(tokens) if t in EOS_NAMES and types[i] == 3}
     hft = HFTokenizer(tk, name=name or path.name, eos_ids=sorted(eos_ids))
     hft.chat_template = meta.get("tokenizer.chat_template")
     return hft
@@ -100,7 +99,7 @@ def load_gguf(path: Path, name: str | None) -> Tokenizer:
 _ATTR_UNKNOWN, _ATTR_CONTROL, _ATTR_BYTE = 1 << 0, 1 << 3, 1 << 5
 
 
-class LlamaCppVocabTokenizer(_Base):
+class LlamaCppVocabTokenizer(TokenizerBase):
     """A GGUF vocabulary run by llama.cpp (``Llama(vocab_only=True)``): its tokenize is the encode, and its
     ``llama_detokenize`` (bytes, then UTF-8 with ``"replace"``) the reference decode.
 
@@ -110,9 +109,6 @@ class LlamaCppVocabTokenizer(_Base):
     ``<s>`` is hidden. llama-cpp-python's ``Llama.detokenize`` is not used: it concatenates pieces into a 32-byte
     buffer (longer pieces come out wrong) and strips a space only after a BOS, a Llama-1 convention.
     """
-
-    #: The Jinja chat template, when the GGUF carries one (``tokenizer.chat_template``).
-    chat_template: str | None = None
 
     def __init__(self, path: Path, *, name: str | None = None, model: str = "?") -> None:
         try:
