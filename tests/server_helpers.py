@@ -79,6 +79,12 @@ def replay_app(
     return create_app(engine, ServerConfig(**config)), engine  # type: ignore[arg-type]
 
 
+def asgi_client(app: Any) -> httpx.AsyncClient:
+    """A client for ``app`` in-process, through httpx's ASGI transport: for tests of what the server answers,
+    where the socket is not the subject (no port, no uvicorn thread; a streamed body arrives whole)."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=30)
+
+
 def raw_post(
     base_url: str, path: str, body: bytes, *, headers: dict[str, str] | None = None
 ) -> socket.socket:

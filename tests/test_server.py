@@ -1,4 +1,5 @@
-"""The server on real uvicorn sockets: headers, framing, pacing, keep-alives, cancellation, errors, limits."""
+"""The server on real uvicorn sockets: headers, framing, pacing, keep-alives, cancellation, errors, limits.
+What it answers to bad requests, keys and routes is checked in-process (``asgi_client``): no socket needed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from _uvicorn import serve
-from server_helpers import raw_post, read_timed, replay_app, split_response
+from server_helpers import asgi_client, raw_post, read_timed, replay_app, split_response
 from tiny_tokenizers import corpus_text
 from tokenrelay._sse import SSEParser
 
@@ -243,35 +244,35 @@ def test_one_log_line_per_request_with_separate_timings(caplog: pytest.LogCaptur
         (chat(model="gpt-9"), 404, "model"),
     ],
 )
-def test_bad_requests_get_openai_shaped_errors(body: bytes, status: int, param: str | None) -> None:
+async def test_bad_requests_get_openai_shaped_errors(body: bytes, status: int, param: str | None) -> None:
     app, _ = replay_app("fine")
-    with serve(app) as url:
-        r = httpx.post(
-            url + "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}
+    async with asgi_client(app) as client:  # what the server answers: no socket needed
+        r = await client.post(
+            "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}
         )
         assert r.status_code == status, r.text
         err = r.json()["error"]
         assert set(err) == {"message", "type", "param", "code"} and err["message"]
         assert err["param"] == param
-        ok = httpx.post(url + "/v1/chat/completions", content=chat(stream=False))
+        ok = await client.post("/v1/chat/completions", content=chat(stream=False))
         assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "fine"
 
 
-def test_body_size_api_key_and_unknown_routes() -> None:
+async def test_body_size_api_key_and_unknown_routes() -> None:
     app, _ = replay_app("fine", max_body_bytes=2000, api_key="sekrit")
-    with serve(app) as url:
+    async with asgi_client(app) as client:
         auth = {"Authorization": "Bearer sekrit"}
         big = chat(messages=[{"role": "user", "content": "x" * 5000}])
-        r = httpx.post(url + "/v1/chat/completions", content=big, headers=auth)
+        r = await client.post("/v1/chat/completions", content=big, headers=auth)
         assert r.status_code == 413 and r.json()["error"]["type"] == "invalid_request_error"
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic sekrit"}):
-            r = httpx.post(url + "/v1/chat/completions", content=chat(), headers=headers)
+            r = await client.post("/v1/chat/completions", content=chat(), headers=headers)
             assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
-        r = httpx.get(url + "/v1/nope")
+        r = await client.get("/v1/nope")
         assert r.status_code == 401  # with a key set, unknown paths need it too (issue 12)
-        r = httpx.get(url + "/v1/nope", headers=auth)
+        r = await client.get("/v1/nope", headers=auth)
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
-        r = httpx.post(url + "/v1/chat/completions", content=chat(stream=False), headers=auth)
+        r = await client.post("/v1/chat/completions", content=chat(stream=False), headers=auth)
         assert r.status_code == 200
 
 
@@ -289,14 +290,14 @@ def test_a_full_queue_answers_429_with_retry_after() -> None:
         assert httpx.post(url + "/v1/chat/completions", content=chat(stream=False)).status_code == 200
 
 
-def test_models_health_metrics_and_openapi() -> None:
+async def test_models_health_metrics_and_openapi() -> None:
     app, _ = replay_app("m")
-    with serve(app) as url:
-        models = httpx.get(url + "/v1/models").json()
+    async with asgi_client(app) as client:
+        models = (await client.get("/v1/models")).json()
         assert [m["id"] for m in models["data"]] == ["replay"]
-        assert httpx.get(url + "/health").json()["status"] == "ok"
-        httpx.post(url + "/v1/chat/completions", content=chat(stream=False))
-        metrics = httpx.get(url + "/metrics").text
+        assert (await client.get("/health")).json()["status"] == "ok"
+        await client.post("/v1/chat/completions", content=chat(stream=False))
+        metrics = (await client.get("/metrics")).text
         for name in (
             "tokenrelay_ttft_seconds_bucket",
             "tokenrelay_inter_token_seconds_bucket",
@@ -308,7 +309,7 @@ def test_models_health_metrics_and_openapi() -> None:
             "tokenrelay_errors",
         ):
             assert name in metrics, name
-        spec = httpx.get(url + "/openapi.json").json()
+        spec = (await client.get("/openapi.json")).json()
         assert {"/v1/chat/completions", "/v1/completions"} <= set(spec["paths"])
 
 

@@ -1,5 +1,6 @@
-"""Issue 12 §1–2 on real uvicorn sockets: strict request checks, the API key on every costly path, prompts
-tokenized off the event loop, slow clients dropped, and normal disconnects logged as one INFO line."""
+"""Issue 12 §1–2: strict request checks and the API key on every costly path (in-process, through httpx's
+ASGI transport), then on real uvicorn sockets: prompts tokenized off the event loop, slow clients dropped,
+and normal disconnects logged as one INFO line."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import httpx
 import pytest
 
 from _uvicorn import serve_relay
-from server_helpers import raw_post, read_timed, replay_app, serve_process, split_response
+from server_helpers import asgi_client, raw_post, read_timed, replay_app, serve_process, split_response
 from tokenrelay import TextStream, load_tokenizer
 from tokenrelay.server.intake import INLINE_BODY_BYTES
 
@@ -121,39 +122,44 @@ TYPE_CASES: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
+# Request checks need no socket: these tests talk to the ASGI app in-process (httpx's ASGI transport). The
+# socket-level behaviour (slow headers and bodies, disconnects, a stream under load) is tested on real
+# uvicorn sockets below.
+
+
 @pytest.mark.parametrize("stream", [False, True])
-def test_malformed_bodies_get_openai_shaped_400s_naming_the_field(stream: bool) -> None:
+async def test_malformed_bodies_get_openai_shaped_400s_naming_the_field(stream: bool) -> None:
     app, _ = replay_app("fine", rate=None)
-    with serve_relay(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+    async with asgi_client(app) as client:
         for name, body, status, param in RAW_CASES:
             if stream and body.startswith(b'{"'):
                 body = b'{"stream":true,' + body[1:]
-            r = client.post("/v1/chat/completions", content=body)
+            r = await client.post("/v1/chat/completions", content=body)
             err = assert_openai_error(r, status)
             assert param is None or err["param"] == param, (name, err)
         for name, fields, param in TYPE_CASES:
-            r = client.post("/v1/chat/completions", content=chat(**{"stream": stream, **fields}))
+            r = await client.post("/v1/chat/completions", content=chat(**{"stream": stream, **fields}))
             err = assert_openai_error(r, 400)
             assert err["param"] == param and param in err["message"], (name, err)
         for prompt in ("a\ud800", ["\udfff"]):
             body = json.dumps({"model": "replay", "prompt": prompt, "stream": stream}).encode()
-            err = assert_openai_error(client.post("/v1/completions", content=body), 400)
+            err = assert_openai_error(await client.post("/v1/completions", content=body), 400)
             assert err["param"] == "prompt"
-        ok = client.post("/v1/chat/completions", content=chat())
+        ok = await client.post("/v1/chat/completions", content=chat())
         assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "fine"
 
 
-def test_a_prompt_over_the_cap_is_refused_naming_the_limit() -> None:
+async def test_a_prompt_over_the_cap_is_refused_naming_the_limit() -> None:
     app, _ = replay_app("fine", rate=None, max_prompt_chars=1000)
-    with serve_relay(app) as url:
+    async with asgi_client(app) as client:
         for path, body in (
             ("/v1/chat/completions", chat(stream=True, messages=[{"role": "user", "content": "x" * 1001}])),
             ("/v1/completions", json.dumps({"prompt": "y" * 1001, "stream": True}).encode()),
         ):
-            err = assert_openai_error(httpx.post(url + path, content=body), 400)
+            err = assert_openai_error(await client.post(path, content=body), 400)
             assert "1000" in err["message"] and "max_prompt_chars" in err["message"]
             assert err["code"] == "prompt_too_long"
-        ok = httpx.post(url + "/v1/completions", content=json.dumps({"prompt": "y" * 1000}).encode())
+        ok = await client.post("/v1/completions", content=json.dumps({"prompt": "y" * 1000}).encode())
         assert ok.status_code == 200
 
 
@@ -180,10 +186,10 @@ def test_a_prompt_longer_than_the_context_is_a_400_before_the_stream_starts() ->
 # -- §1: the OpenAPI description ------------------------------------------------------------------------
 
 
-def test_openapi_refs_resolve_errors_are_documented_and_trace_gets_405_with_allow() -> None:
+async def test_openapi_refs_resolve_errors_are_documented_and_trace_gets_405_with_allow() -> None:
     app, _ = replay_app("fine", api_key="k")
-    with serve_relay(app) as url:
-        spec = httpx.get(url + "/openapi.json").json()
+    async with asgi_client(app) as client:
+        spec = (await client.get("/openapi.json")).json()
         text = json.dumps(spec)
         refs = {part.split('"')[0] for part in text.split('"$ref": "')[1:]}
         assert refs and all(r.startswith("#/") for r in refs)
@@ -197,17 +203,17 @@ def test_openapi_refs_resolve_errors_are_documented_and_trace_gets_405_with_allo
             assert set(responses["200"]["content"]) == {"application/json", "text/event-stream"}
         metrics = spec["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
         assert list(metrics) == ["text/plain"]
-        r = httpx.request("TRACE", url + "/v1/chat/completions", headers={"Authorization": "Bearer k"})
+        r = await client.request("TRACE", "/v1/chat/completions", headers={"Authorization": "Bearer k"})
         assert r.status_code == 405 and r.headers["allow"] == "POST"
         assert_openai_error(r, 405)
-        r = httpx.request("TRACE", url + "/health")
+        r = await client.request("TRACE", "/health")
         assert r.status_code == 405 and "GET" in r.headers["allow"]
 
 
 # -- §2: the API key in front of everything that costs ------------------------------------------------------
 
 
-def test_with_an_api_key_every_costly_path_needs_it() -> None:
+async def test_with_an_api_key_every_costly_path_needs_it() -> None:
     app, _ = replay_app("fine", rate=None, api_key="sekrit")
     auth = {"Authorization": "Bearer sekrit"}
     gated = [
@@ -219,17 +225,19 @@ def test_with_an_api_key_every_costly_path_needs_it() -> None:
         ("POST", "/v1/completions"),
         ("GET", "/v1/no-such-path"),
     ]
-    with serve_relay(app) as url, httpx.Client(base_url=url, timeout=10) as client:
+    async with asgi_client(app) as client:
         for method, path in gated:
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic sekrit"}):
-                r = client.request(method, path, headers=headers, content=chat())
+                r = await client.request(method, path, headers=headers, content=chat())
                 err = assert_openai_error(r, 401)
                 assert err["type"] == "authentication_error", (method, path)
-        assert client.get("/v1/diagnostics/stream?events=3&cadence_ms=1", headers=auth).status_code == 200
-        assert client.get("/metrics", headers=auth).status_code == 200
-        assert client.post("/v1/chat/completions", content=chat(), headers=auth).status_code == 200
+        diagnostic = await client.get("/v1/diagnostics/stream?events=3&cadence_ms=1", headers=auth)
+        assert diagnostic.status_code == 200
+        assert (await client.get("/metrics", headers=auth)).status_code == 200
+        ok = await client.post("/v1/chat/completions", content=chat(), headers=auth)
+        assert ok.status_code == 200
         for path in ("/health", "/openapi.json", "/"):  # open: they cost nothing that grows with the request
-            assert client.get(path).status_code == 200, path
+            assert (await client.get(path)).status_code == 200, path
 
 
 # -- §2: prompts are tokenized off the event loop -----------------------------------------------------------
