@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tokenrelay._errors import TokenRelayError
-from tokenrelay._openai import ChatStreamDecoder
+from tokenrelay._openai_reader import ChatStreamDecoder
 from tokenrelay._sse import ServerSentEvent
 from tokenrelay.doctor._checks import (
     FIX_COMPRESSION,

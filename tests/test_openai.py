@@ -29,14 +29,13 @@ from tokenrelay._errors import (
 from tokenrelay._openai import (
     DONE,
     ChatChunkWriter,
-    ChatStreamDecoder,
     TextChunkWriter,
     chat_completion,
     error_event,
-    error_from_body,
     json_bytes,
     text_completion,
 )
+from tokenrelay._openai_reader import ChatStreamDecoder, error_from_body
 from tokenrelay._sse import ServerSentEvent, SSEParser
 from tokenrelay._stream import Usage
 

@@ -21,14 +21,8 @@ from ._errors import (
     UnavailableError,
     UseAfterFinishError,
 )
-from ._openai import (
-    ChatChunkWriter,
-    ChatStreamDecoder,
-    TextChunkWriter,
-    chat_completion,
-    error_event,
-    text_completion,
-)
+from ._openai import ChatChunkWriter, TextChunkWriter, chat_completion, error_event, text_completion
+from ._openai_reader import ChatStreamDecoder
 from ._protocols import ByteTable, Tokenizer
 from ._sse import ServerSentEvent, SSEParser, encode_event
 from ._stops import StopMatcher

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tokenrelay._errors import ProtocolError, TokenRelayError
-from tokenrelay._openai import error_from_body
+from tokenrelay._openai_reader import error_from_body
 from tokenrelay._stream import Timings, Usage
 
 if TYPE_CHECKING:

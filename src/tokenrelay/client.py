@@ -23,7 +23,7 @@ import anyio
 import httpx
 
 from ._errors import ProtocolError, StreamTruncated, TokenRelayError
-from ._openai import ChatStreamDecoder, error_from_body
+from ._openai_reader import ChatStreamDecoder, error_from_body
 from ._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
 from ._stream import Usage
 

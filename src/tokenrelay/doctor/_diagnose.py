@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import asdict
 
-from tokenrelay._openai import choice_content
+from tokenrelay._openai_reader import choice_content
 from tokenrelay.doctor._checks import (
     FIX_NAIVE_SPLIT,
     cancel_check,
@@ -43,7 +43,7 @@ def unreachable(url: str, error: str) -> Report:
 
 def chunk_text(data: str) -> str | None:
     """The text an OpenAI chat chunk adds (``""`` when it has none); None if the data is not a chat chunk at
-    all. Read as the client reads it (``_openai.choice_content``)."""
+    all. Read as the client reads it (``_openai_reader.choice_content``)."""
     try:
         chunk = json.loads(data)
     except ValueError:

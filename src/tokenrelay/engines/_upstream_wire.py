@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from tokenrelay._errors import ProtocolError
-from tokenrelay._openai import error_from_body
+from tokenrelay._openai_reader import error_from_body
 
 __all__ = ["PROTOCOLS", "Protocol", "UpstreamChunk", "reader_for", "request"]
 

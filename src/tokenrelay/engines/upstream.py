@@ -35,7 +35,7 @@ from typing import Literal
 import httpx
 
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenRelayError
-from tokenrelay._openai import error_from_body
+from tokenrelay._openai_reader import error_from_body
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._sse import SSEParser
 from tokenrelay.engines._upstream_wire import PROTOCOLS, Protocol, reader_for, request
