@@ -161,3 +161,19 @@ def test_core_module_is_sans_io(name: str) -> None:
         assert top in sys.stdlib_module_names, f"{name} imports {imported}, which is not the standard library"
         io = [m for m in IO_MODULES if imported == m or imported.startswith(m + ".")]
         assert not io, f"{name} imports {imported}: the sans-I/O core reads no clock and does no I/O"
+
+
+# A module past this many lines says why in its docstring (issue 15: one concept per module, ~100-400 lines).
+MAX_LINES = 420
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_a_long_module_says_why_it_is_long(name: str) -> None:
+    source = MODULES[name].read_text("utf-8")
+    lines = source.count("\n")
+    if lines <= MAX_LINES:
+        return
+    docstring = ast.get_docstring(ast.parse(source)) or ""
+    assert "lines" in docstring and "because" in docstring, (
+        f"{name} has {lines} lines: split it along a seam, or say in its docstring why it is over 400 lines"
+    )
