@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -43,7 +45,7 @@ QUESTIONS = [
     "Why is the sky blue?",
     "Suggest a name for a llama.",
 ]
-VLLM_FLAGS = ["--enforce-eager", "--max-model-len", "1024", "--dtype", "bfloat16"]
+VLLM_FLAGS = ["--enforce-eager", "--max-model-len", "1024"]
 
 
 def free_port() -> int:
@@ -62,7 +64,10 @@ def cpu_seconds(pid: int) -> float:
 def start(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "VLLM_CPU_KVCACHE_SPACE": "1"}
     with log.open("wb") as out:
-        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        # Its own process group, so it can be paused with its children (vLLM's engine core) while others run.
+        proc = subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     deadline = time.monotonic() + 600
     try:
         while True:
@@ -78,6 +83,14 @@ def start(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
         proc.terminate()
         proc.wait(30)
         raise
+
+
+def pause(pids: dict[str, int], keep: set[str] | None) -> None:
+    """Stop the process group of every server not in ``keep`` and resume the others (``keep=None``: all)."""
+    for name, pid in pids.items():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGCONT if keep is None or name in keep else signal.SIGSTOP)
+    time.sleep(0.2)  # let a resumed server settle (its timers fire late once) before the batch starts
 
 
 async def one_stream(
@@ -136,18 +149,19 @@ def references(url: str, model: str, max_tokens: int) -> list[str]:
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "tokenrelay" / "llama-server" / "llama-server"
 
 
-def vllm_servers(ports: dict[str, int]) -> dict[str, tuple[list[str], str]]:
+def vllm_servers(ports: dict[str, int], dtype: str) -> dict[str, tuple[list[str], str]]:
     """name → (command, model to ask for); the first is the baseline."""
     from tokenrelay.engines.vllm import smollm2_hf_dir
 
     model_dir = smollm2_hf_dir(print)
     py = sys.executable
+    flags = [*VLLM_FLAGS, "--dtype", dtype]
     vllm_cmd = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
-    vllm_cmd += ["--served-model-name", "smol", "--port", str(ports["vllm"]), *VLLM_FLAGS]
+    vllm_cmd += ["--served-model-name", "smol", "--port", str(ports["vllm"]), *flags]
     vllm_url = f"http://127.0.0.1:{ports['vllm']}"
     up_cmd = [py, "-m", "tokenrelay", "serve", "--engine", "upstream", "--upstream", vllm_url]
     up_cmd += ["--model", "smol", "--tokenizer", str(model_dir), "--port", str(ports["upstream"])]
-    in_cmd = [py, "-m", "tokenrelay", "serve", "--engine", "vllm", "--model", "smollm2", *VLLM_FLAGS]
+    in_cmd = [py, "-m", "tokenrelay", "serve", "--engine", "vllm", "--model", "smollm2", *flags]
     in_cmd += ["--port", str(ports["in-process"])]
     quiet = ["--log-level", "warning"]
     return {
@@ -179,6 +193,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=("vllm", "llama-server"), default="vllm")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--dtype", default="bfloat16", help="vLLM's dtype (float32 is faster on CPUs without AVX-512 BF16)"
+    )
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--levels", default="1,4,8")
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER, help="its binary")
@@ -189,7 +206,7 @@ def main() -> None:
     logs = Path(os.environ.get("TMPDIR", "/tmp"))
     if args.backend == "vllm":
         ports = {name: free_port() for name in ("vllm", "upstream", "in-process")}
-        plan = vllm_servers(ports)
+        plan = vllm_servers(ports, args.dtype)
     else:
         ports = {name: free_port() for name in ("llama-server", "upstream")}
         plan = llama_servers(ports, args.llama_server, max(levels), args.threads)
@@ -213,9 +230,14 @@ def main() -> None:
         pids = {name: proc.pid for name, proc in zip(ports, procs, strict=True)}
         cpu = dict.fromkeys(ports, 0.0)
         counted = dict.fromkeys(ports, 0)
+        # On a small machine an idle server must not take CPU from the one measured (an engine core or its
+        # OpenMP threads may poll), so the servers a batch does not use are paused (SIGSTOP on their process group) while it runs: the
+        # upstream front runs with its backend, each other server alone.
+        needs = {name: {name, baseline} if name == "upstream" else {name} for name in ports}
         for _ in range(args.rounds):
             for n in levels:
                 for name in ports:  # interleaved, so machine noise hits them all alike
+                    pause(pids, keep=needs[name])
                     before = cpu_seconds(pids[name])
                     rate, ttft, texts, tokens = asyncio.run(
                         batch(urls[name], models[name], n, args.max_tokens)
@@ -249,6 +271,7 @@ def main() -> None:
         if mismatches:
             raise SystemExit(1)
     finally:
+        pause({str(proc.pid): proc.pid for proc in procs}, keep=None)  # resumed, so SIGTERM is handled
         for proc in reversed(procs):
             proc.terminate()
         for proc in procs:
