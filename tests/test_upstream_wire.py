@@ -26,7 +26,7 @@ from tokenrelay import load_tokenizer
 from tokenrelay._errors import InvalidRequestError, ProtocolError, RateLimitError, TokenRelayError
 from tokenrelay._stream import Finished, TextDelta
 from tokenrelay.engines import SamplingParams, stream_events
-from tokenrelay.engines._upstream_wire import LlamaCppTextReader, OpenAITokenReader, SGLangReader
+from tokenrelay.engines._upstream_wire import LlamaCppTextReader, OpenAITokenReader, Protocol, SGLangReader
 from tokenrelay.engines.upstream import UpstreamEngine
 
 TOK = load_tokenizer("smollm2")
@@ -244,13 +244,11 @@ def recorded_vllm_app(stream: str) -> Starlette:
     )
 
 
-@pytest.mark.parametrize("case", json.loads(RECORDED.read_text("utf-8"))["cases"], ids=lambda c: c["path"])
-async def test_streams_recorded_from_vllm_relay_to_vllms_own_text(case: dict[str, object]) -> None:
-    request = case["request"]
-    assert isinstance(request, dict) and isinstance(case["stream"], str)
+async def relay_recorded(stream: str, request: dict[str, Any], *, protocol: Protocol) -> tuple[str, Finished]:
+    """The text and the finish of a recorded stream, served as it was recorded and relayed by tokenrelay."""
     prompt = request.get("messages") or request["prompt"]
-    with serve(recorded_vllm_app(case["stream"])) as url:
-        engine = UpstreamEngine([url], TOK, model="smol", health_interval=0)
+    with serve(recorded_vllm_app(stream)) as url:
+        engine = UpstreamEngine([url], TOK, model="smol", protocol=protocol, health_interval=0)
         params = SamplingParams(max_tokens=request["max_tokens"], temperature=0.0)
         text, final = "", None
         async for event in stream_events(engine, prompt, params):
@@ -259,8 +257,17 @@ async def test_streams_recorded_from_vllm_relay_to_vllms_own_text(case: dict[str
             else:
                 final = event
         await engine.aclose()
+    assert final is not None
+    return text, final
+
+
+@pytest.mark.parametrize("case", json.loads(RECORDED.read_text("utf-8"))["cases"], ids=lambda c: c["path"])
+async def test_streams_recorded_from_vllm_relay_to_vllms_own_text(case: dict[str, object]) -> None:
+    request = case["request"]
+    assert isinstance(request, dict) and isinstance(case["stream"], str)
+    text, final = await relay_recorded(case["stream"], request, protocol="openai")
     assert text == case["reply"]  # tokenrelay's detokenization of vLLM's ids is vLLM's own text
-    assert final is not None and final.reason == case["finish_reason"]
+    assert final.reason == case["finish_reason"]
     first = json.loads(case["stream"].split("\n\n")[0].removeprefix("data: "))
     prompt_ids = first.get("prompt_token_ids") or first["choices"][0]["prompt_token_ids"]
     assert final.usage.prompt_tokens == len(prompt_ids)  # vLLM's count, its chat template included
@@ -277,19 +284,9 @@ async def test_streams_recorded_from_llama_server_relay_to_its_own_reply(case: d
     assert (
         request["timings_per_token"] is True and "return_token_ids" not in request and "stop" not in request
     )
-    prompt = request.get("messages") or request["prompt"]
-    with serve(recorded_vllm_app(case["stream"])) as url:
-        engine = UpstreamEngine([url], TOK, model="smol", protocol="llamacpp", health_interval=0)
-        params = SamplingParams(max_tokens=request["max_tokens"], temperature=0.0)
-        text, final = "", None
-        async for event in stream_events(engine, prompt, params):
-            if isinstance(event, TextDelta):
-                text += event.text
-            else:
-                final = event
-        await engine.aclose()
+    text, final = await relay_recorded(case["stream"], request, protocol="llamacpp")
     assert text == case["reply"]  # llama-server's own non-streamed reply
-    assert final is not None and final.reason == case["finish_reason"]
+    assert final.reason == case["finish_reason"]
     # Its counts, also of the tokens that added no text (an emoji's first bytes, the end of sequence).
     assert final.usage.completion_tokens == case["usage"]["completion_tokens"]
     assert final.usage.prompt_tokens == case["usage"]["prompt_tokens"]
