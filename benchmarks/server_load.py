@@ -94,9 +94,25 @@ def make_app(kind: str, tokens: int, rate: float | None) -> ASGIApp:
     delay = 1 / rate if rate is not None else 0.0
 
     async def chunks() -> Any:
+        # The chunk a naive OpenAI-compatible server writes: the same fields as tokenrelay's (the ones the SDK's
+        # ChatCompletionChunk requires, and the nulls it sends), so both put the same bytes on the wire.
+        chunk_id, created = "chatcmpl-" + os.urandom(16).hex(), int(time.time())
         for i in ids:
             await asyncio.sleep(delay)
-            chunk = {"choices": [{"index": 0, "delta": {"content": tok.decode([i])}, "finish_reason": None}]}
+            choice = {
+                "index": 0,
+                "delta": {"content": tok.decode([i])},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            chunk = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": "replay",
+                "system_fingerprint": None,
+                "choices": [choice],
+            }
             yield json.dumps(chunk)
 
     if kind == "fastapi":
