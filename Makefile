@@ -20,6 +20,8 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 LLAMA_WHEELS := $(HOME)/.cache/tokenrelay/llama-wheels/$(LLAMA_CPP_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-12)
 LLAMA_STAMP := $(VENV)/.llama-$(LLAMA_CPP_VERSION)-$(notdir $(LLAMA_WHEELS))
 LLAMA_SERVER := $(HOME)/.cache/tokenrelay/llama-server/llama-server
+# Which llama.cpp version and flags that binary was built from: a new version or flag set rebuilds it.
+LLAMA_SERVER_STAMP := $(dir $(LLAMA_SERVER)).built-$(notdir $(LLAMA_WHEELS))
 # Debian packages the tests drive for real: nginx, Apache, HAProxy, Caddy and Varnish (the doctor's proxy tests),
 # Chromium (the page), fonts to render the corpus; CMake builds llama.cpp's own llama-server (make llama-server).
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
@@ -66,7 +68,7 @@ install: $(STAMP) $(NODE_STAMP) $(SYSTEM_STAMP)
 
 # The tests relay from the real llama-server too (tests/test_upstream_llama_server.py): built here when missing,
 # about 7 minutes on 2 cores, once per machine (it is kept in ~/.cache/tokenrelay/llama-server/).
-test: install $(LLAMA_SERVER)
+test: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python -m pytest
 	node --test tests/web/
 	node --test tests/e2e/
@@ -100,7 +102,7 @@ bench: install
 
 # llama.cpp's own server, for the side-by-side benchmarks and the tests that relay from it: built once from the
 # llama.cpp sources inside the same llama-cpp-python sdist, with the same portable flags (~7 min on 2 cores).
-$(LLAMA_SERVER): | $(BIN)/python $(SYSTEM_STAMP)
+$(LLAMA_SERVER_STAMP): | $(BIN)/python $(SYSTEM_STAMP)
 	@set -e; tmp=$$(mktemp -d); \
 	$(BIN)/python -m pip download -q --no-deps --no-binary :all: -d $$tmp llama-cpp-python==$(LLAMA_CPP_VERSION); \
 	tar -xzf $$tmp/llama_cpp_python-*.tar.gz -C $$tmp; \
@@ -108,15 +110,15 @@ $(LLAMA_SERVER): | $(BIN)/python $(SYSTEM_STAMP)
 		-DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
 		$(LLAMA_CMAKE_ARGS) >/dev/null; \
 	cmake --build $$tmp/build --target llama-server -j $(CMAKE_BUILD_PARALLEL_LEVEL); \
-	mkdir -p $(dir $@); cp $$tmp/build/bin/llama-server $@; rm -rf $$tmp
+	mkdir -p $(dir $(LLAMA_SERVER)); cp $$tmp/build/bin/llama-server $(LLAMA_SERVER); rm -rf $$tmp; touch $@
 
-llama-server: $(LLAMA_SERVER)
+llama-server: $(LLAMA_SERVER_STAMP)
 
-bench-engine: install $(LLAMA_SERVER)
+bench-engine: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python benchmarks/engine_concurrency.py --llama-server $(LLAMA_SERVER)
 
 # tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
-bench-upstream: install $(LLAMA_SERVER)
+bench-upstream: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python benchmarks/scale_out.py --backend llama-server --llama-server $(LLAMA_SERVER)
 
 serve: $(STAMP) $(NODE_STAMP)
