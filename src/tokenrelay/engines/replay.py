@@ -109,10 +109,13 @@ class ReplayEngine:
         """The delays slept before each of the first ``steps`` steps (the same on every call)."""
         # Memoised: it is the same for every request of a given length, and seeding a Mersenne Twister per
         # request was the largest single cost of starting a replay stream (benchmarks/server_load.py).
+        return list(self._schedule(steps))
+
+    def _schedule(self, steps: int) -> tuple[float, ...]:
         cached = self._schedules.get(steps)
         if cached is None:
             cached = self._schedules[steps] = tuple(self._compute_schedule(steps))
-        return list(cached)
+        return cached
 
     def _compute_schedule(self, steps: int) -> list[float]:
         rng = random.Random(self._seed)
@@ -128,9 +131,14 @@ class ReplayEngine:
 
     async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
         ids = self.reply_ids(prompt, params)
-        steps = [ids[i : i + self._burst] for i in range(0, len(ids), self._burst)]
+        burst = self._burst
         released = 0
-        for step, delay in zip(steps, self.schedule(len(steps)), strict=True):
+        # Each step's ids are sliced when it is due, not all up front: a stream holds no list per step while it
+        # runs (the cyclic collector walks every list a live stream holds; tests/test_server_gc.py).
+        for start, delay in zip(
+            range(0, len(ids), burst), self._schedule(-(-len(ids) // burst)), strict=True
+        ):
+            step = ids[start : start + burst]
             # Sleep even for a zero delay: a consumer that cancels between steps must get the chance to.
             started = self._clock() if self._timed else 0.0
             await self._sleep(delay)

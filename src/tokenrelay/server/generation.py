@@ -147,7 +147,8 @@ class Run:
 
     def _fail(self, exc: BaseException) -> TokenRelayError:
         if isinstance(exc, TokenRelayError):
-            self.error = exc
+            # Kept without its traceback, whose frames hold this run: no cycle outlives the request.
+            self.error = exc.with_traceback(None)
         else:
             log.exception("generation failed", exc_info=exc)
             self.error = EngineError(f"generation failed: {type(exc).__name__}: {exc}")
@@ -241,6 +242,7 @@ class Run:
     def done(self, outcome: Outcome) -> None:
         server, metrics, finished = self.server, self.server.metrics, self.finished
         server.live.discard(self)
+        self.response = None  # it holds this run's methods: let both go by reference counting
         if not self.asked_for_slot:
             server.admission.leave_unstarted()
         # Cut short without a finish or an error: the client left (or stopped reading), or a forced shutdown.

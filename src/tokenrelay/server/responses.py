@@ -128,7 +128,6 @@ class EventStreamResponse(Response):
         last_write = clock()  # when the last send completed (or, while one is in progress, when it began)
         sending = ending = stopped = False
         extra: set[asyncio.Future[Any]] = set()
-        timer: asyncio.TimerHandle | None = None
 
         def stop() -> None:
             nonlocal stopped
@@ -156,8 +155,7 @@ class EventStreamResponse(Response):
 
         period = min(self._keepalive, self._send_timeout) / 3
 
-        def tick() -> None:
-            nonlocal timer
+        def tick() -> bool:
             now = clock()
             if sending and now - last_write > self._send_timeout:
                 # Flow control has blocked this send too long: the client stopped reading. Abort the
@@ -165,14 +163,14 @@ class EventStreamResponse(Response):
                 outcome.disconnected = outcome.send_timed_out = True
                 _abort(scope)  # first: it also frees a final write that stop() must not cancel
                 stop()
-                return
+                return False
             if not sending and not ending and now - last_write >= self._keepalive:
                 keep = asyncio.ensure_future(
                     write({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
                 )
                 extra.add(keep)
                 keep.add_done_callback(extra.discard)
-            timer = loop.call_later(period, tick)
+            return True
 
         async def end(tail: bytes) -> None:
             nonlocal ending
@@ -181,7 +179,7 @@ class EventStreamResponse(Response):
             outcome.completed = sent and not outcome.disconnected
 
         watcher = asyncio.ensure_future(watch_disconnect(receive, gone))
-        timer = loop.call_later(period, tick)
+        timer = _Repeating(loop, period, tick)
         started = exhausted = False
         try:
             try:
@@ -212,8 +210,7 @@ class EventStreamResponse(Response):
             if not stopped:  # only the send timeout (stop()) may cancel the final write
                 raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            timer.cancel()
             watcher.cancel()
             for keep in list(extra):
                 keep.cancel()
@@ -223,8 +220,7 @@ class EventStreamResponse(Response):
             # watcher ends on its own, and the common case costs no extra task.
             if not exhausted or extra:
                 await asyncio.shield(_finish([watcher, *extra], self._frames))
-            if self._on_done is not None:
-                self._on_done(outcome)
+            _done(self, outcome)
 
 
 class JSONGenerationResponse(Response):
@@ -285,8 +281,44 @@ class JSONGenerationResponse(Response):
             produce.cancel()
             watcher.cancel()
             await asyncio.shield(asyncio.gather(produce, watcher, return_exceptions=True))
-            if self._on_done is not None:
-                self._on_done(outcome)
+            self._task = None
+            _done(self, outcome)
+
+
+class _Repeating:
+    """Calls ``fn`` every ``period`` seconds on ``loop`` while it returns true, until ``cancel()``.
+
+    A loop timer, not a task; cancelling it drops the handle, which refers back to it, so no reference cycle
+    outlives the stream.
+    """
+
+    __slots__ = ("_fn", "_handle", "_loop", "_period")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, period: float, fn: Callable[[], bool]) -> None:
+        self._loop, self._period, self._fn = loop, period, fn
+        self._handle: asyncio.TimerHandle | None = loop.call_later(period, self._run)
+
+    def _run(self) -> None:
+        self._handle = None
+        if self._fn():
+            self._handle = self._loop.call_later(self._period, self._run)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+def _done(response: EventStreamResponse | JSONGenerationResponse, outcome: Outcome) -> None:
+    """Report ``outcome`` once, then let go of the callback.
+
+    The callback is usually a method of the object that holds the response: kept, the two would form a cycle
+    that only the cyclic collector frees, which under load must then walk every finished stream
+    (tests/test_server_gc.py).
+    """
+    on_done, response._on_done = response._on_done, None
+    if on_done is not None:
+        on_done(outcome)
 
 
 async def _finish(tasks: Sequence[asyncio.Future[Any]], frames: AsyncIterator[bytes]) -> None:
