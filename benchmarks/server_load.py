@@ -12,7 +12,9 @@ over the first second. For each N it reports:
   number of tokens between the frames: tokenrelay sends no frame for a token that ends inside a character,
   so the benchmark replays the same ids through a ``Detokenizer`` to know which tokens produce frames; the
   baselines send a frame for every token;
-* server CPU per token (µs) and RSS (MB), read from /proc for the server process;
+* server CPU per token relayed (µs) and RSS (MB), read from /proc for the server process;
+* the cyclic collector's full passes in the server process while the clients run, and the longest one: while
+  a pass walks the heap no stream sends, and with 1,000 streams open a pass takes tens of milliseconds;
 * after each N: tokenrelay's all-frames jitter p99 (the ramp-up, while N clients connect within a second) as
   a ratio to each baseline's (below 1 means tokenrelay is better).
 
@@ -42,10 +44,12 @@ import gc
 import json
 import os
 import pstats
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -144,11 +148,26 @@ def make_app(kind: str, tokens: int, rate: float | None) -> ASGIApp:
     return app
 
 
-def serve(kind: str, port: int, tokens: int) -> None:
+def serve(kind: str, port: int, tokens: int, report: str) -> None:
+    """Serve one app until SIGTERM, then write the cyclic collector's passes to ``report`` (JSON: per
+    generation, [when it began on the monotonic clock, how long it took])."""
     import uvicorn
 
     app = make_app(kind, tokens, RATE)
+    passes: dict[int, list[tuple[float, float]]] = {0: [], 1: [], 2: []}
+    began = [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.monotonic()
+        else:
+            passes[info["generation"]].append((began[0], time.monotonic() - began[0]))
+
+    gc.callbacks.append(timed)
+    # uvicorn raises the SIGTERM it caught again once it has shut down: handled, so the report gets written.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False, backlog=4096)
+    Path(report).write_text(json.dumps(passes))
 
 
 def request_body(tokens: int) -> bytes:
@@ -253,9 +272,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(kind: str, tokens: int) -> tuple[subprocess.Popen[bytes], int]:
+def start_server(kind: str, tokens: int, report: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, str(port), str(tokens)])
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, str(port), str(tokens), str(report)])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -408,12 +427,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400, help="requests per --cpu round / --profile")
     parser.add_argument("--rounds", type=int, default=5, help="--cpu rounds per server")
     parser.add_argument("--concurrency", type=int, default=50, help="--cpu / --profile requests at a time")
-    parser.add_argument("--serve", nargs=3, metavar=("KIND", "PORT", "TOKENS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve", nargs=4, metavar=("KIND", "PORT", "TOKENS", "REPORT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     servers = args.servers.split(",")
     if args.serve:
-        kind, port, tokens = args.serve
-        serve(kind, int(port), int(tokens))
+        kind, port, tokens, report = args.serve
+        serve(kind, int(port), int(tokens), report)
     elif args.profile:
         profile(args.profile, args.tokens, args.requests, args.concurrency)
     elif args.cpu:
@@ -427,12 +448,13 @@ def load(tokens: int, counts: list[int], servers: list[str]) -> None:
     frame_steps = {"tokenrelay": tokenrelay_frame_steps(tokens)}
     print(
         f"{'server':<14} {'streams':>7} {'sustained':>9} {'ttft p50':>9} {'ttft p99':>9} "
-        f"{'jitter p99':>10} {'steady p99':>10} {'cpu µs/tok':>10} {'rss MB':>7}"
+        f"{'jitter p99':>10} {'steady p99':>10} {'cpu µs/tok':>10} {'rss MB':>7} {'gc full':>7} {'longest':>8}"
     )
     for n in counts:
         all_p99: dict[str, float] = {}
         for kind in servers:
-            proc, port = start_server(kind, tokens)
+            report = Path(tempfile.mkdtemp()) / "gc.json"
+            proc, port = start_server(kind, tokens, report)
             try:
                 cpu0, _ = proc_stats(proc.pid)
                 streams = run_client(port, n, tokens)
@@ -440,6 +462,11 @@ def load(tokens: int, counts: list[int], servers: list[str]) -> None:
             finally:
                 proc.terminate()
                 proc.wait(timeout=10)
+            # The collector's full passes (generation 2) in the server process while the clients ran (not the
+            # ones at startup): while one runs, no stream sends. The monotonic clock is the machine's.
+            began = min((s.sent for s in streams if s.sent), default=0.0)
+            passes = json.loads(report.read_text())["2"] if report.exists() else []
+            full = [took for at, took in passes if at >= began]
             ok = [s for s in streams if s.done and not s.error]
             ttfts = [s.frames[0] - s.sent for s in ok if s.frames]
             steps = frame_steps.get(kind, every_token)
@@ -454,12 +481,14 @@ def load(tokens: int, counts: list[int], servers: list[str]) -> None:
                     jitter.append(value)
                     if s.frames[j] - start >= RAMP:
                         steady.append(value)
-            frames = sum(len(s.frames) for s in streams)
-            cpu_tok = (cpu1 - cpu0) / frames * 1e6 if frames else float("nan")
+            # Tokens relayed: up to the token that completed each stream's last frame.
+            relayed = sum(steps[min(len(s.frames), len(steps)) - 1] + 1 for s in streams if s.frames)
+            cpu_tok = (cpu1 - cpu0) / relayed * 1e6 if relayed else float("nan")
             all_p99[kind] = pct(jitter, 99)
             print(
                 f"{kind:<14} {n:>7} {len(ok):>9} {pct(ttfts, 50) * 1000:>7.1f}ms {pct(ttfts, 99) * 1000:>7.1f}ms "
-                f"{all_p99[kind] * 1000:>8.1f}ms {pct(steady, 99) * 1000:>8.1f}ms {cpu_tok:>10.1f} {rss:>7.0f}"
+                f"{all_p99[kind] * 1000:>8.1f}ms {pct(steady, 99) * 1000:>8.1f}ms {cpu_tok:>10.1f} {rss:>7.0f} "
+                f"{len(full):>7} {max(full, default=float('nan')) * 1000:>6.1f}ms"
             )
             sys.stdout.flush()
         if "tokenrelay" in all_p99:

@@ -22,6 +22,7 @@ import pytest
 from tokenrelay import load_tokenizer
 from tokenrelay.engines import ReplayEngine
 from tokenrelay.server import ServerConfig, create_app
+from tokenrelay.server.app import FULL_PASS_EVERY
 
 TEXT = "Hello 🙂 world: नमस्ते, 日本語のテキスト. The end."
 
@@ -205,26 +206,29 @@ def test_a_finished_request_leaves_no_cycle(case: str, collector_off: None) -> N
         loop.close()
 
 
-@pytest.mark.parametrize("freeze", [True, False])
-def test_startup_objects_are_frozen_while_the_app_runs(freeze: bool) -> None:
-    """The lifespan freezes what exists at startup (the engine among it) and gives it back at shutdown."""
+@pytest.mark.parametrize("tune", [True, False])
+def test_the_collector_is_tuned_while_the_app_runs(tune: bool) -> None:
+    """The lifespan freezes what exists at startup (the engine among it) and makes full passes rarer; at
+    shutdown the collector is as it was. ``tune_gc=False`` leaves it alone."""
     engine = ReplayEngine(load_tokenizer("smollm2"), TEXT, rate=None)
-    app = create_app(engine, ServerConfig(freeze_startup_objects=freeze))
+    app = create_app(engine, ServerConfig(tune_gc=tune))
     gc.unfreeze()
+    before = gc.get_threshold()
 
     def tracked(obj: object) -> bool:
         return any(o is obj for o in gc.get_objects())
 
-    async def run() -> tuple[int, bool]:
+    async def run() -> tuple[int, bool, tuple[int, ...]]:
         async with app.router.lifespan_context(app):
-            return gc.get_freeze_count(), tracked(engine)
+            return gc.get_freeze_count(), tracked(engine), gc.get_threshold()
 
-    frozen, engine_tracked = asyncio.run(run())
-    if freeze:
+    frozen, engine_tracked, during = asyncio.run(run())
+    if tune:
         assert frozen > 10_000
         assert not engine_tracked  # out of the collector's walks
+        assert during == (before[0], before[1], max(before[2], FULL_PASS_EVERY))
     else:
-        assert frozen == 0
-        assert engine_tracked
+        assert (frozen, engine_tracked, during) == (0, True, before)
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
     assert tracked(engine)

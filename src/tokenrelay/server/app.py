@@ -65,9 +65,9 @@ class ServerConfig:
     model_aliases: tuple[str, ...] = ()
     retry_after: float = 1.0
     diagnostics: bool = True  # the doctor's diagnostic stream under /v1/diagnostics/
-    # At startup, move everything loaded so far (imports, routes, the engine, tokenizer tables) out of the
-    # cyclic collector's reach until shutdown (gc.freeze): see _freeze_startup_objects.
-    freeze_startup_objects: bool = True
+    # While the app runs, the cyclic collector skips what existed at startup and makes full passes rarer
+    # (_tune_collector); False leaves the process's collector alone.
+    tune_gc: bool = True
 
 
 class _Server:
@@ -105,20 +105,35 @@ class _Server:
             run.interrupt()
 
 
-def _freeze_startup_objects() -> bool:
-    """Collect, then freeze every object alive now: the collector's full passes skip them until shutdown.
+#: Full passes of the cyclic collector come after this many passes over the middle generation (CPython's
+#: default is 10); see _tune_collector.
+FULL_PASS_EVERY = 100
 
-    What exists at startup (modules, routes, the engine, the tokenizer and its tables: 60,000 objects
-    and more) lives as long as the server, yet each full pass of the cyclic collector walks all of it, and
-    while it walks no stream sends. With 1,000 streams open those passes stop every stream for 100 ms and more;
-    frozen, a pass walks only what the streams hold (a third as long, benchmarks/server_load.py). Objects
-    frozen here are still freed by reference counting; only a cycle among them would wait for
-    ``gc.unfreeze()`` at shutdown. ``ServerConfig(freeze_startup_objects=False)`` turns this off, for an app
-    mounted in a larger process that manages its own collector.
+
+def _tune_collector() -> tuple[int, ...]:
+    """Freeze what exists at startup and make the collector's full passes rarer; returns the old thresholds.
+
+    A full pass walks every tracked object, and while it walks no stream sends: with 1,000 streams opening
+    within a second, CPython's defaults ran two or three of them, 80–140 ms each, and they made the tail of the
+    inter-token gaps (benchmarks/server_load.py prints them). Two changes, undone at shutdown:
+
+    * ``gc.freeze()`` after a collection: what exists at startup (modules, routes, the engine, the tokenizer
+      and its tables: 60,000 objects and more) lives as long as the server, so no pass walks it. Frozen
+      objects are still freed by reference counting; only a cycle among them would wait for shutdown.
+    * a full pass after ``FULL_PASS_EVERY`` middle passes instead of 10. Young cycles are still collected as
+      often as before; what a full pass could free is garbage that survived two younger passes, and the
+      request path makes none (every request's objects are freed by reference counting when it ends,
+      tests/test_server_gc.py).
+
+    ``ServerConfig(tune_gc=False)`` leaves the collector alone, for an app mounted in a larger process that
+    manages its own.
     """
+    thresholds = gc.get_threshold()
     gc.collect()
     gc.freeze()
-    return True
+    young, middle, full = thresholds
+    gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))
+    return thresholds
 
 
 def _error_response(exc: TokenRelayError, headers: Mapping[str, str] | None = None) -> Response:
@@ -178,7 +193,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        frozen = config.freeze_startup_objects and _freeze_startup_objects()
+        thresholds = _tune_collector() if config.tune_gc else None
         yield
         # On shutdown uvicorn cancels the streams still open after its graceful timeout, but does not wait
         # for them; give them a moment to close their generations and log, then release the engine.
@@ -188,8 +203,9 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
             await asyncio.sleep(0.01)
         server.intake.close()
         await engine.aclose()
-        if frozen:
-            gc.unfreeze()  # what was frozen is the collector's again (an app in a test, one of many)
+        if thresholds is not None:  # the collector as it was (an app in a test, one of many)
+            gc.unfreeze()
+            gc.set_threshold(*thresholds)
 
     # FastAPI's /docs and /redoc load their scripts from a CDN (blank offline): ours are served from here.
     app = _RelayApp(title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
