@@ -72,7 +72,7 @@ class StepTime:
     measured: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TextDelta:
     """New text that is final, and the token ids consumed since the previous delta.
 
