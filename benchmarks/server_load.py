@@ -16,7 +16,11 @@ over the first second. For each N it reports:
 * the cyclic collector's full passes in the server process while the clients run, and the longest one: while
   a pass walks the heap no stream sends, and with 1,000 streams open a pass takes tens of milliseconds;
 * after each N: tokenrelay's all-frames jitter p99 (the ramp-up, while N clients connect within a second) as
-  a ratio to each baseline's (below 1 means tokenrelay is better).
+  a ratio to each baseline's (below 1 means tokenrelay is better). Each server is measured ``--repeat`` times
+  (3 by default), the servers interleaved and each repeat starting with a different one; the ratio compares
+  the medians, and each repeat's own ratio is printed beside it. On two cores, 1,000 streams saturate the
+  server, and one server's p99 moves by a third from one load run to the next, so a single pair of runs
+  says little.
 
 The baselines are what FastAPI apps do: ``fastapi`` is a naive ``StreamingResponse`` over a generator that
 decodes each token on its own (``tokenizer.decode([id])``) and yields ``f"data: {json}\\n\\n"``;
@@ -28,7 +32,7 @@ no sockets, tokens unpaced): ``time.process_time`` over many requests, the three
 the median round reported. Process CPU time is robust to other load on the machine, where latency is not.
 ``--profile KIND`` prints where one app's CPU goes (cProfile over the same requests).
 
-    python benchmarks/server_load.py [--streams 100,250,500,1000] [--tokens 120] [--servers ...]
+    python benchmarks/server_load.py [--streams 100,250,500,1000] [--tokens 120] [--servers ...] [--repeat 3]
     python benchmarks/server_load.py --cpu [--tokens 120]
     python benchmarks/server_load.py --profile tokenrelay [--tokens 1]
 
@@ -425,6 +429,12 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="CPU per request, in-process, instead of the load")
     parser.add_argument("--profile", metavar="KIND", help="where one server's CPU goes (cProfile)")
     parser.add_argument("--requests", type=int, default=400, help="requests per --cpu round / --profile")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="load runs per server and stream count, interleaved; the ratio compares their medians",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="--cpu rounds per server")
     parser.add_argument("--concurrency", type=int, default=50, help="--cpu / --profile requests at a time")
     parser.add_argument(
@@ -440,10 +450,51 @@ def main() -> None:
     elif args.cpu:
         measure_cpu(args.tokens, servers, args.requests, args.rounds, args.concurrency)
     else:
-        load(args.tokens, [int(x) for x in args.streams.split(",")], servers)
+        load(args.tokens, [int(x) for x in args.streams.split(",")], servers, args.repeat)
 
 
-def load(tokens: int, counts: list[int], servers: list[str]) -> None:
+def measure(kind: str, n: int, tokens: int, steps: list[int]) -> tuple[str, float]:
+    """One server under ``n`` streams: its table row and its all-frames jitter p99 (seconds)."""
+    report = Path(tempfile.mkdtemp()) / "gc.json"
+    proc, port = start_server(kind, tokens, report)
+    try:
+        cpu0, _ = proc_stats(proc.pid)
+        streams = run_client(port, n, tokens)
+        cpu1, rss = proc_stats(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    # The collector's full passes (generation 2) in the server process while the clients ran (not the ones at
+    # startup): while one runs, no stream sends. The monotonic clock is the machine's.
+    began = min((s.sent for s in streams if s.sent), default=0.0)
+    passes = json.loads(report.read_text())["2"] if report.exists() else []
+    full = [took for at, took in passes if at >= began]
+    ok = [s for s in streams if s.done and not s.error]
+    ttfts = [s.frames[0] - s.sent for s in ok if s.frames]
+    # Split by when the frame arrived: during the ramp-up (the first RAMP seconds, while n connections are
+    # being opened) or after it (steady streaming).
+    start = min((s.sent for s in ok), default=0.0)
+    jitter: list[float] = []
+    steady: list[float] = []
+    for s in ok:
+        for j in range(1, min(len(s.frames), len(steps))):
+            value = abs((s.frames[j] - s.frames[j - 1]) - (steps[j] - steps[j - 1]) * GAP)
+            jitter.append(value)
+            if s.frames[j] - start >= RAMP:
+                steady.append(value)
+    # Tokens relayed: up to the token that completed each stream's last frame.
+    relayed = sum(steps[min(len(s.frames), len(steps)) - 1] + 1 for s in streams if s.frames)
+    cpu_tok = (cpu1 - cpu0) / relayed * 1e6 if relayed else float("nan")
+    p99 = pct(jitter, 99)
+    row = (
+        f"{kind:<14} {n:>7} {len(ok):>9} {pct(ttfts, 50) * 1000:>7.1f}ms {pct(ttfts, 99) * 1000:>7.1f}ms "
+        f"{p99 * 1000:>8.1f}ms {pct(steady, 99) * 1000:>8.1f}ms {cpu_tok:>10.1f} {rss:>7.0f} "
+        f"{len(full):>7} {max(full, default=float('nan')) * 1000:>6.1f}ms"
+    )
+    return row, p99
+
+
+def load(tokens: int, counts: list[int], servers: list[str], repeat: int) -> None:
     every_token = list(range(tokens))
     frame_steps = {"tokenrelay": tokenrelay_frame_steps(tokens)}
     print(
@@ -451,54 +502,28 @@ def load(tokens: int, counts: list[int], servers: list[str]) -> None:
         f"{'jitter p99':>10} {'steady p99':>10} {'cpu µs/tok':>10} {'rss MB':>7} {'gc full':>7} {'longest':>8}"
     )
     for n in counts:
-        all_p99: dict[str, float] = {}
-        for kind in servers:
-            report = Path(tempfile.mkdtemp()) / "gc.json"
-            proc, port = start_server(kind, tokens, report)
-            try:
-                cpu0, _ = proc_stats(proc.pid)
-                streams = run_client(port, n, tokens)
-                cpu1, rss = proc_stats(proc.pid)
-            finally:
-                proc.terminate()
-                proc.wait(timeout=10)
-            # The collector's full passes (generation 2) in the server process while the clients ran (not the
-            # ones at startup): while one runs, no stream sends. The monotonic clock is the machine's.
-            began = min((s.sent for s in streams if s.sent), default=0.0)
-            passes = json.loads(report.read_text())["2"] if report.exists() else []
-            full = [took for at, took in passes if at >= began]
-            ok = [s for s in streams if s.done and not s.error]
-            ttfts = [s.frames[0] - s.sent for s in ok if s.frames]
-            steps = frame_steps.get(kind, every_token)
-            # Split by when the frame arrived: during the ramp-up (the first RAMP seconds, while n connections
-            # are being opened) or after it (steady streaming).
-            start = min((s.sent for s in ok), default=0.0)
-            jitter: list[float] = []
-            steady: list[float] = []
-            for s in ok:
-                for j in range(1, min(len(s.frames), len(steps))):
-                    value = abs((s.frames[j] - s.frames[j - 1]) - (steps[j] - steps[j - 1]) * GAP)
-                    jitter.append(value)
-                    if s.frames[j] - start >= RAMP:
-                        steady.append(value)
-            # Tokens relayed: up to the token that completed each stream's last frame.
-            relayed = sum(steps[min(len(s.frames), len(steps)) - 1] + 1 for s in streams if s.frames)
-            cpu_tok = (cpu1 - cpu0) / relayed * 1e6 if relayed else float("nan")
-            all_p99[kind] = pct(jitter, 99)
-            print(
-                f"{kind:<14} {n:>7} {len(ok):>9} {pct(ttfts, 50) * 1000:>7.1f}ms {pct(ttfts, 99) * 1000:>7.1f}ms "
-                f"{all_p99[kind] * 1000:>8.1f}ms {pct(steady, 99) * 1000:>8.1f}ms {cpu_tok:>10.1f} {rss:>7.0f} "
-                f"{len(full):>7} {max(full, default=float('nan')) * 1000:>6.1f}ms"
-            )
-            sys.stdout.flush()
+        all_p99: dict[str, list[float]] = {kind: [] for kind in servers}
+        for r in range(repeat):
+            # Each repeat starts with a different server, so that none always runs first (or last) on a machine
+            # whose speed drifts.
+            for kind in servers[r % len(servers) :] + servers[: r % len(servers)]:
+                row, p99 = measure(kind, n, tokens, frame_steps.get(kind, every_token))
+                all_p99[kind].append(p99)
+                print(row + (f"  (repeat {r + 1})" if repeat > 1 else ""))
+                sys.stdout.flush()
         if "tokenrelay" in all_p99:
-            ratios = [
-                f"÷ {kind} {all_p99['tokenrelay'] / all_p99[kind]:.2f}"
-                for kind in BASELINES
-                if kind in all_p99
-            ]
+            ours = statistics.median(all_p99["tokenrelay"])
+            ratios = []
+            for kind in BASELINES:
+                if kind in all_p99:
+                    each = ", ".join(
+                        f"{a / b:.2f}" for a, b in zip(all_p99["tokenrelay"], all_p99[kind], strict=True)
+                    )
+                    ratio = f"÷ {kind} {ours / statistics.median(all_p99[kind]):.2f}"
+                    ratios.append(ratio + (f" (repeats: {each})" if repeat > 1 else ""))
             if ratios:
-                print(f"{'':<14} {n:>7} tokenrelay's all-frames jitter p99 (ramp-up) " + ", ".join(ratios))
+                what = f"median of {repeat} repeats" if repeat > 1 else "ramp-up"
+                print(f"{'':<14} {n:>7} tokenrelay's all-frames jitter p99 ({what}) " + ", ".join(ratios))
     print(
         "\njitter = |gap − tokens between frames × 50 ms| at the client; steady = frames after the first "
         f"{RAMP:.0f} s (the connection ramp-up); sustained = streams that got [DONE]; a ratio below 1 means "
