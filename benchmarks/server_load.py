@@ -8,10 +8,14 @@ over the first second. For each N it reports:
 * sustained: streams that received their whole reply ([DONE]) — a stream that errors or is cut does not count;
 * TTFT p50/p99: request sent → first content frame;
 * jitter p99 (all frames, and "steady": frames after the first 2 s, once every client has connected):
-  |actual − expected gap| between consecutive content frames. The expected gap is 50 ms times the
-  number of tokens between the frames: tokenrelay sends no frame for a token that ends inside a character,
-  so the benchmark replays the same ids through a ``Detokenizer`` to know which tokens produce frames; the
-  baselines send a frame for every token;
+  |actual − expected gap| between the arrivals of the same tokens at every server, the tokens that complete
+  text (a character, not a byte of one). tokenrelay sends no frame for a token that ends inside a character,
+  so the benchmark replays the same ids through a ``Detokenizer`` to know which tokens those are; the
+  baselines send a frame for every token (a broken character in between), and their frames at those tokens
+  are compared. The expected gap is 50 ms times the tokens between two such arrivals. (Comparing every
+  frame instead would set a gap over two or three tokens, where each token step adds the loop's lateness,
+  against a baseline's gap over one: under saturation the p99 would then be tokenrelay's frames that end an
+  emoji, not its loop);
 * server CPU per token relayed (µs) and RSS (MB), read from /proc for the server process;
 * the cyclic collector's full passes in the server process while the clients run, and the longest one: while
   a pass walks the heap no stream sends, and with 1,000 streams open a pass takes tens of milliseconds;
@@ -453,8 +457,12 @@ def main() -> None:
         load(args.tokens, [int(x) for x in args.streams.split(",")], servers, args.repeat)
 
 
-def measure(kind: str, n: int, tokens: int, steps: list[int]) -> tuple[str, float]:
-    """One server under ``n`` streams: its table row and its all-frames jitter p99 (seconds)."""
+def measure(kind: str, n: int, tokens: int, steps: list[int], marks: list[int]) -> tuple[str, float]:
+    """One server under ``n`` streams: its table row and its all-frames jitter p99 (seconds).
+
+    ``steps``: for each of this server's content frames, the index of the token that completed it;
+    ``marks``: the tokens whose arrival times are compared (those that complete text, a subset of ``steps``).
+    """
     report = Path(tempfile.mkdtemp()) / "gc.json"
     proc, port = start_server(kind, tokens, report)
     try:
@@ -476,11 +484,14 @@ def measure(kind: str, n: int, tokens: int, steps: list[int]) -> tuple[str, floa
     start = min((s.sent for s in ok), default=0.0)
     jitter: list[float] = []
     steady: list[float] = []
+    frame_of = {token: j for j, token in enumerate(steps)}
     for s in ok:
-        for j in range(1, min(len(s.frames), len(steps))):
-            value = abs((s.frames[j] - s.frames[j - 1]) - (steps[j] - steps[j - 1]) * GAP)
+        # When each marked token arrived (its frame's arrival), for the marks this stream reached.
+        arrived = [s.frames[frame_of[m]] for m in marks if frame_of[m] < len(s.frames)]
+        for j in range(1, len(arrived)):
+            value = abs((arrived[j] - arrived[j - 1]) - (marks[j] - marks[j - 1]) * GAP)
             jitter.append(value)
-            if s.frames[j] - start >= RAMP:
+            if arrived[j] - start >= RAMP:
                 steady.append(value)
     # Tokens relayed: up to the token that completed each stream's last frame.
     relayed = sum(steps[min(len(s.frames), len(steps)) - 1] + 1 for s in streams if s.frames)
@@ -507,7 +518,8 @@ def load(tokens: int, counts: list[int], servers: list[str], repeat: int) -> Non
             # Each repeat starts with a different server, so that none always runs first (or last) on a machine
             # whose speed drifts.
             for kind in servers[r % len(servers) :] + servers[: r % len(servers)]:
-                row, p99 = measure(kind, n, tokens, frame_steps.get(kind, every_token))
+                steps = frame_steps.get(kind, every_token)
+                row, p99 = measure(kind, n, tokens, steps, frame_steps["tokenrelay"])
                 all_p99[kind].append(p99)
                 print(row + (f"  (repeat {r + 1})" if repeat > 1 else ""))
                 sys.stdout.flush()
@@ -525,8 +537,8 @@ def load(tokens: int, counts: list[int], servers: list[str], repeat: int) -> Non
                 what = f"median of {repeat} repeats" if repeat > 1 else "ramp-up"
                 print(f"{'':<14} {n:>7} tokenrelay's all-frames jitter p99 ({what}) " + ", ".join(ratios))
     print(
-        "\njitter = |gap − tokens between frames × 50 ms| at the client; steady = frames after the first "
-        f"{RAMP:.0f} s (the connection ramp-up); sustained = streams that got [DONE]; a ratio below 1 means "
+        "\njitter = |gap − tokens between × 50 ms| between arrivals of the tokens that complete text, at the "
+        f"client; steady = arrivals after the first {RAMP:.0f} s (the connection ramp-up); sustained = streams that got [DONE]; a ratio below 1 means "
         "tokenrelay's p99 is lower."
     )
 
