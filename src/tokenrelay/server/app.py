@@ -114,7 +114,7 @@ def _tune_collector() -> tuple[int, ...]:
     """Freeze what exists at startup and make the collector's full passes rarer; returns the old thresholds.
 
     A full pass walks every tracked object, and while it walks no stream sends: with 1,000 streams opening
-    within a second, CPython's defaults ran two or three of them, 80–140 ms each, and they made the tail of the
+    within a second, CPython's defaults ran two to five of them, 80–140 ms each, and they made the tail of the
     inter-token gaps (benchmarks/server_load.py prints them). Two changes, undone at shutdown:
 
     * ``gc.freeze()`` after a collection: what exists at startup (modules, routes, the engine, the tokenizer
