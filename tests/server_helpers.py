@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +77,17 @@ def replay_app(
     if counting:
         engine = CountingEngine(engine)  # type: ignore[arg-type]
     return create_app(engine, ServerConfig(**config)), engine  # type: ignore[arg-type]
+
+
+def read_chat_stream(stream: Iterable[Any]) -> tuple[str, str | None, Any]:
+    """The official SDK's chat stream read to its end: the joined text, the finish reason and the usage."""
+    text, finish, usage = "", None, None
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+            finish = chunk.choices[0].finish_reason or finish
+        usage = chunk.usage or usage
+    return text, finish, usage
 
 
 def asgi_client(app: Any) -> httpx.AsyncClient:

@@ -14,7 +14,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from server_helpers import raw_post, read_timed, serve_process, split_response
+from server_helpers import raw_post, read_chat_stream, read_timed, serve_process, split_response
 from tokenrelay._sse import SSEParser
 
 
@@ -36,12 +36,7 @@ def test_serve_the_embedded_model_to_the_official_sdk() -> None:
             max_tokens=24,
             stream_options={"include_usage": True},
         )
-        text, finish, usage = "", None, None
-        for chunk in stream:
-            if chunk.choices:
-                text += chunk.choices[0].delta.content or ""
-                finish = chunk.choices[0].finish_reason or finish
-            usage = chunk.usage or usage
+        text, finish, usage = read_chat_stream(stream)
         assert text.strip() and "\ufffd" not in text
         assert finish in ("stop", "length") and usage is not None and usage.completion_tokens <= 24
         again = client.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=24)

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from llama_server import LlamaServer, llama_server_binary, running_llama_server
-from server_helpers import ServerProcess, serve_process
+from server_helpers import ServerProcess, read_chat_stream, serve_process
 
 # Prompts whose greedy replies carry multi-byte characters: 3-token emoji, Japanese, Devanagari; one that ends
 # with the end-of-sequence token; and one cut by max_tokens inside an emoji (its last token adds no text).
@@ -70,14 +70,7 @@ def relayed_chat(url: str, content: str, max_tokens: int, **extra: object) -> tu
         stream_options={"include_usage": True},
         **extra,
     )
-    text, finish, usage = "", None, None
-    for chunk in stream:
-        if chunk.choices:
-            text += chunk.choices[0].delta.content or ""
-            finish = chunk.choices[0].finish_reason or finish
-        if chunk.usage is not None:
-            usage = chunk.usage
-    return text, finish, usage
+    return read_chat_stream(stream)
 
 
 def whole_chat(url: str, content: str, max_tokens: int) -> openai.types.chat.ChatCompletion:

@@ -191,16 +191,8 @@ class EventStreamResponse(Response):
                 )
                 if opened and self._tail is None:  # (interrupted before it began: straight to the tail)
                     async for frame in self._frames:
-                        # write(), inlined: this runs once per token of every stream.
-                        sending, last_write = True, clock()
-                        try:
-                            await send({"type": "http.response.body", "body": frame, "more_body": True})
-                        except OSError:
-                            outcome.disconnected = True
+                        if not await write({"type": "http.response.body", "body": frame, "more_body": True}):
                             break
-                        finally:
-                            sending = False
-                        last_write = clock()
                     else:
                         exhausted = True  # the generator has returned: nothing is left to close
                         await end(b"")
