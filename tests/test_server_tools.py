@@ -12,7 +12,8 @@ import pytest
 from server_helpers import asgi_client, replay_app
 from tokenrelay._errors import InvalidRequestError
 from tokenrelay._tools import ChatWithTools
-from tokenrelay.server.requests import MAX_TOOLS, parse_generation
+from tokenrelay.server.requests import parse_generation
+from tokenrelay.server.tools import MAX_TOOLS
 
 WEATHER: dict[str, Any] = {
     "type": "function",

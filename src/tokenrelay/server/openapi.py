@@ -14,15 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .generation import ENDPOINTS
-from .requests import (
-    MAX_SCHEMA_DEPTH,
-    MAX_STOPS,
-    MAX_TOOLS,
-    MAX_TOOLS_CHARS,
-    ROLES,
-    TOOL_CHOICES,
-    TOOL_NAME,
-)
+from .requests import MAX_STOPS, ROLES
+from .tools import MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_CHARS, TOOL_CHOICES, TOOL_NAME
 
 __all__ = ["GENERATION_ERRORS", "describe"]
 
