@@ -1,4 +1,4 @@
-"""What every engine offers: ``generate(prompt, params)`` as an async iterator of token-id steps.
+"""What every engine offers: ``generate(prompt, params, prompt_ids=...)`` as an async iterator of token-id steps.
 
 An engine produces token ids, never text: text comes from tokenrelay's own detokenizer (``TextStream``), so
 every engine gets the same UTF-8 and stop-string handling. A *step* is the ids one engine iteration produced,
@@ -8,6 +8,13 @@ Cancellation contract: ``generate`` returns an async generator. When its consume
 iterating it, or closes it (``aclose()``, ``contextlib.aclosing``), the engine starts no further step; at most
 the step already running finishes. A generation never keeps computing to the end in a thread after its
 consumer is gone. A failure mid-stream raises ``EngineError`` from the iterator, it never hangs.
+
+One tokenization per request (issue 23): the caller tokenizes the prompt once, with ``engine.prompt_ids``
+(the server's intake does it before the response starts, off the event loop for a long prompt;
+``stream_events`` when it is not given them), and hands the ids to ``generate``. An engine that runs the model
+itself (llama.cpp, vLLM) reads those ids and never renders or tokenizes the prompt again; an engine whose
+replicas apply their own chat template (``upstream``) still sends ``prompt``, the messages, and uses the ids
+for nothing but what it must know locally. Both travel together so that every engine takes what it needs.
 
 An engine may set ``stranded = "discard"`` when its own server drops the bytes of a character left unfinished
 at the end of a reply (vLLM's detokenizer never emits them, so a reply cut by ``max_tokens`` inside an emoji
@@ -159,8 +166,12 @@ class Engine(Protocol):
         """The ids the model reads for ``prompt`` (after any chat template), for usage counting."""
         ...
 
-    def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
-        """Token-id steps for ``prompt``; stops promptly when cancelled or closed (see module docstring)."""
+    def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
+        """Token-id steps for ``prompt``, whose ids are ``prompt_ids`` (``self.prompt_ids(prompt)``, computed
+        once by the caller: the engine does not tokenize again); stops promptly when cancelled or closed (see
+        module docstring)."""
         ...
 
     async def aclose(self) -> None:
@@ -231,7 +242,7 @@ async def stream_events(
         stream = await asyncio.get_running_loop().run_in_executor(executor, text_stream)
     timeline = StepTimeline() if step_times else None
     end_reason: FinishReason = "stop"
-    steps = engine.generate(prompt, params)
+    steps = engine.generate(prompt, params, prompt_ids=prompt_ids)
     try:
         async for step in steps:
             now = clock()
