@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import cast
 
-from tokenrelay.engines.base import EngineFinished, PromptTokens, Step, TextStep
+from tokenrelay.engines.base import EngineFinished, PromptTokens, Step, Stranded, TextStep
 
 __all__ = ["closable", "ids"]
 
@@ -13,7 +13,7 @@ __all__ = ["closable", "ids"]
 def ids(step: Step) -> Sequence[int]:
     """The token ids of ``step``; the test fails on a text or prompt-count step (only upstream relays yield
     those, or an engine's own finish)."""
-    assert not isinstance(step, (TextStep, PromptTokens, EngineFinished)), step
+    assert not isinstance(step, (TextStep, PromptTokens, EngineFinished, Stranded)), step
     return step
 
 
