@@ -18,7 +18,8 @@ for nothing but what it must know locally. Both travel together so that every en
 
 An engine may set ``stranded = "discard"`` when its own server drops the bytes of a character left unfinished
 at the end of a reply (vLLM's detokenizer never emits them, so a reply cut by ``max_tokens`` inside an emoji
-ends before it); the default, ``"replace"``, ends it with U+FFFD as the tokenizer's full decode does.
+ends before it); the default, ``"replace"``, ends it with U+FFFD as the tokenizer's full decode does. An engine
+that learns it per reply (a relay reads its upstream's text) yields :class:`Stranded` instead.
 
 Step times (issue 13): an engine that knows when a step was computed yields it as :class:`TimedIds`, the ids
 with the step's start and end on ``time.perf_counter`` (the clock ``stream_events`` and the server use); the
@@ -39,7 +40,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from tokenrelay._errors import EngineError, InvalidRequestError, TokenRelayError
 from tokenrelay._protocols import Tokenizer
@@ -53,6 +54,7 @@ __all__ = [
     "PromptTokens",
     "SamplingParams",
     "Step",
+    "Stranded",
     "TextStep",
     "TimedIds",
     "render_plain_chat",
@@ -96,6 +98,16 @@ class EngineFinished:
     reason: FinishReason
 
 
+@dataclass(frozen=True)
+class Stranded:
+    """How the engine's own text ends a reply cut inside a character, from now on: ``"replace"`` (with
+    U+FFFD, as tokenrelay's server and the tokenizer's full decode) or ``"discard"`` (as vLLM). An upstream
+    engine yields it when its server's text shows which, before the ids it read that from, so a relay ends
+    every reply as its upstream did; without it, the engine's ``stranded`` attribute holds."""
+
+    policy: Literal["replace", "discard"]
+
+
 class TimedIds(tuple[int, ...]):
     """The ids of one step and when the engine computed it: ``started`` and ``ended`` are
     ``time.perf_counter()`` seconds. A tuple, so every consumer of plain id steps reads it unchanged. Make
@@ -115,9 +127,9 @@ def timed_ids(ids: Iterable[int], started: float, ended: float) -> TimedIds:
     return step
 
 
-Step: TypeAlias = Sequence[int] | TextStep | PromptTokens | EngineFinished
-"""The token ids one engine iteration produced (or, rarely, a ``TextStep``, ``PromptTokens`` or
-``EngineFinished``)."""
+Step: TypeAlias = Sequence[int] | TextStep | PromptTokens | EngineFinished | Stranded
+"""The token ids one engine iteration produced (or, rarely, a ``TextStep``, ``PromptTokens``,
+``EngineFinished`` or ``Stranded``)."""
 
 
 # Prompts up to this many ids prime a detokenizer in well under a millisecond.
@@ -255,6 +267,9 @@ async def stream_events(
                 continue
             elif isinstance(step, EngineFinished):
                 end_reason = step.reason
+                continue
+            elif isinstance(step, Stranded):
+                stream.set_stranded(step.policy)
                 continue
             else:
                 if timeline is not None:
