@@ -20,6 +20,7 @@ from tiny_tokenizers import toy_wordpiece
 from tokenrelay import (
     ChatChunkWriter,
     Detokenizer,
+    PartialJSON,
     SSEParser,
     StopMatcher,
     TextChunkWriter,
@@ -108,6 +109,12 @@ CASES = {
         empty=b"",
         after_end=(lambda w: w.delta_with_ids("a", [1]),),
         allowed=(lambda w: w.usage(Usage(1, 2)),),
+    ),
+    "PartialJSON": Case(
+        make=PartialJSON,
+        feed=lambda p: p.feed('{"a": [1, "b"]}'),
+        end=lambda p: p.finish(),
+        empty={"a": [1, "b"]},  # finish() again returns the same final value
     ),
     "ContentDecoder": Case(
         make=lambda: ContentDecoder("gzip"),
