@@ -6,7 +6,8 @@ server answers with an OpenAI-shaped 400 and keeps serving: invalid UTF-8, malfo
 not an object, missing or mistyped fields, values out of range, text holding a lone surrogate (``"\ud800"``
 is valid JSON but not Unicode text), a prompt over ``max_prompt_chars``, and fields we do not implement that
 would change the result (``n`` ≠ 1, penalties, logprobs, tools, …) — those are refused, never silently
-ignored. Fields that do not change the result (``user``, ``metadata``, ``store``, …) are accepted and ignored.
+ignored. ``response_format`` (text, JSON, JSON Schema) is read by ``response_format.py``, on both endpoints.
+Fields that do not change the result (``user``, ``metadata``, ``store``, …) are accepted and ignored.
 
 Types are strict, as OpenAI's are: ``"stream": "yes"``, ``"max_tokens": "5"`` or ``true`` are 400s naming the
 field, not coerced (an integer is accepted where a number is expected, and a number with no fraction where
@@ -26,6 +27,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from tokenrelay._errors import InvalidRequestError
 from tokenrelay.engines.base import ChatMessage, Prompt, SamplingParams
+
+from .response_format import ResponseFormat, constraint_from
 
 __all__ = ["ChatCompletionBody", "CompletionBody", "Generation", "parse_generation"]
 
@@ -79,6 +82,8 @@ class _Common(BaseModel):
     stop: str | list[str] | None = None
     n: Integer = 1
     return_token_ids: bool = False  # vLLM's extension: token ids in every chunk, prompt ids in the first
+    # Issue 20: on the legacy endpoint too, as vLLM and llama-server take it there.
+    response_format: ResponseFormat | None = None
 
 
 class ChatCompletionBody(_Common):
@@ -104,7 +109,6 @@ _UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "tool_choice": (None, "none", "auto"),
     "functions": (None, []),
     "function_call": (None, "none", "auto"),
-    "response_format": (None, {"type": "text"}),
     "prediction": (None,),
     "modalities": (None, ["text"]),
     "audio": (None,),
@@ -341,7 +345,11 @@ def parse_generation(
             code="prompt_too_long",
         )
     params = SamplingParams(
-        max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed
+        max_tokens=max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        constraint=constraint_from(req.response_format),
     )
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     step_times = bool(req.stream and req.stream_options and req.stream_options.include_step_times)
