@@ -6,7 +6,8 @@ server answers with an OpenAI-shaped 400 and keeps serving: invalid UTF-8, malfo
 not an object, missing or mistyped fields, values out of range, text holding a lone surrogate (``"\ud800"``
 is valid JSON but not Unicode text), a prompt over ``max_prompt_chars``, and fields we do not implement that
 would change the result (``n`` ≠ 1, penalties, logprobs, legacy ``functions``, …) — those are refused, never
-silently ignored. Fields that do not change the result (``user``, ``metadata``, ``store``, …) are accepted and
+silently ignored. ``response_format`` (text, JSON, JSON Schema) is read by ``response_format.py``, on both
+endpoints. Fields that do not change the result (``user``, ``metadata``, ``store``, …) are accepted and
 ignored.
 
 Tools (issue 21, chat only) are read by ``tools.py``; here, the turns that hold calls and results: a ``tool``
@@ -33,6 +34,7 @@ from tokenrelay._errors import InvalidRequestError
 from tokenrelay._tools import ToolRequest, chat_with_tools
 from tokenrelay.engines.base import ChatMessage, Prompt, SamplingParams
 
+from .response_format import ResponseFormat, constraint_from
 from .tools import NamedToolChoice, ToolBody, ToolCallBody, history_call, tool_request
 
 __all__ = ["ChatCompletionBody", "CompletionBody", "Generation", "parse_generation"]
@@ -89,6 +91,8 @@ class _Common(BaseModel):
     stop: str | list[str] | None = None
     n: Integer = 1
     return_token_ids: bool = False  # vLLM's extension: token ids in every chunk, prompt ids in the first
+    # Issue 20: on the legacy endpoint too, as vLLM and llama-server take it there.
+    response_format: ResponseFormat | None = None
 
 
 class ChatCompletionBody(_Common):
@@ -118,7 +122,6 @@ _UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "parallel_tool_calls": (None, True, False),
     "functions": (None, []),
     "function_call": (None, "none", "auto"),
-    "response_format": (None, {"type": "text"}),
     "prediction": (None,),
     "modalities": (None, ["text"]),
     "audio": (None,),
@@ -396,7 +399,11 @@ def parse_generation(
             code="prompt_too_long",
         )
     params = SamplingParams(
-        max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed
+        max_tokens=max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        constraint=constraint_from(req.response_format),
     )
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     step_times = bool(req.stream and req.stream_options and req.stream_options.include_step_times)
