@@ -33,7 +33,7 @@ from tokenrelay._errors import InvalidRequestError
 from tokenrelay._schema_subset import SchemaLimits, check_bounds, check_subset
 from tokenrelay.engines.base import JSONConstraint
 
-__all__ = ["DIALECTS", "JSONSchemaFormat", "ResponseFormat", "constraint_from"]
+__all__ = ["DIALECTS", "JSONSchemaFormat", "ResponseFormat", "check_dialect", "constraint_from"]
 
 _STRICT = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, populate_by_name=True)
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -101,12 +101,12 @@ def constraint_from(
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     size = len(text.encode("utf-8"))
     check_bounds(schema, size, param=param, limits=limits)
-    _check_dialect(schema, param)
+    check_dialect(schema, param)
     check_subset(schema, param=param, limits=limits)
     return JSONConstraint(schema=text, name=spec.name, description=spec.description, strict=spec.strict)
 
 
-def _check_dialect(schema: dict[str, Any] | bool, param: str) -> None:
+def check_dialect(schema: dict[str, Any] | bool, param: str) -> None:
     """Refuse a schema that is not a JSON Schema of a known draft (``"type": "strnig"``, ``"required": "a"``)."""
     import jsonschema_rs
 
