@@ -31,7 +31,8 @@ can run the build (a CPU that reports AMX but cannot execute it died with SIGILL
 Structured output (issue 20): a request whose ``params.constraint`` asks for JSON gets a token mask per step
 from ``llguidance_json`` (which says why llguidance), applied to its own row of logits before its sampler
 runs; the grammar is compiled off the worker (``check_constraint`` at the server's intake, or in
-``generate``), so the decode loop never waits for a compile, and a request without one pays nothing.
+``generate``), so the decode loop never waits for a compile, and a request without one pays nothing. Tool
+calls (issue 21) are constrained the same way, from ``params.grammar``.
 
 Chat prompts are rendered with the model's own template (GGUF ``tokenizer.chat_template``) through
 llama-cpp-python's ``Jinja2ChatFormatter`` (jinja2 is a dependency of llama-cpp-python).
@@ -118,6 +119,8 @@ class _Running:
 
 class LlamaCppEngine:
     """A loaded GGUF model. Build it with :meth:`load`; ``generate`` yields one token id per step."""
+
+    enforces_grammars = True  # params.grammar (tool calls) is enforced, and checked by check_constraint
 
     def __init__(
         self,
@@ -289,8 +292,9 @@ class LlamaCppEngine:
             )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
         mask = None
-        if params.constraint is not None:  # compiled (or copied from the cache) here, never on the worker
-            mask = await loop.run_in_executor(None, self._json_grammars().mask, params.constraint)
+        constraint = params.constraint or params.grammar  # a grammar: tool calls (issue 21)
+        if constraint is not None:  # compiled (or copied from the cache) here, never on the worker
+            mask = await loop.run_in_executor(None, self._json_grammars().mask, constraint)
         request = _Request(list(prompt_ids), params, limit, loop, mask)
         self._inbox.put(request)
         finished = False
@@ -309,7 +313,7 @@ class LlamaCppEngine:
                 request.cancelled = True
                 self._inbox.put(None)  # wake the worker so the sequence is freed at the next step
 
-    def check_constraint(self, constraint: JSONConstraint) -> None:
+    def check_constraint(self, constraint: JSONConstraint | str) -> None:
         """Compile ``constraint`` now (blocking: call it off the event loop); ``InvalidRequestError`` if this
         engine cannot enforce it. The server's intake calls it, so the request's 400 comes before its stream."""
         self._json_grammars().check(constraint)

@@ -32,7 +32,7 @@ from tokenrelay._tools import ToolRequest, chat_with_tools
 from tokenrelay.engines.base import ChatMessage, Prompt, SamplingParams
 
 from .response_format import ResponseFormat, constraint_from
-from .tools import NamedToolChoice, ToolBody, ToolCallBody, history_call, tool_request
+from .tools import NamedToolChoice, ToolBody, ToolCallBody, grammar_for, history_call, tool_request
 
 __all__ = ["ChatCompletionBody", "CompletionBody", "Generation", "parse_generation"]
 
@@ -401,6 +401,7 @@ def parse_generation(
         top_p=req.top_p,
         seed=req.seed,
         constraint=constraint_from(req.response_format),
+        grammar=grammar_for(tools, req.response_format),
     )
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     step_times = bool(req.stream and req.stream_options and req.stream_options.include_step_times)

@@ -21,10 +21,10 @@ from typing import Any, cast
 from pydantic import BaseModel, ConfigDict
 
 from tokenrelay._errors import InvalidRequestError
-from tokenrelay._schema_subset import check_bounds
-from tokenrelay._tools import Tool, ToolChoice, ToolRequest
+from tokenrelay._schema_subset import check_bounds, check_subset
+from tokenrelay._tools import Tool, ToolChoice, ToolRequest, tool_grammar
 
-from .response_format import check_dialect
+from .response_format import ResponseFormat, check_dialect
 
 __all__ = [
     "CALL_NEEDS_TOOLS",
@@ -35,6 +35,7 @@ __all__ = [
     "NamedToolChoice",
     "ToolBody",
     "ToolCallBody",
+    "grammar_for",
     "history_call",
     "tool_fields",
     "tool_request",
@@ -164,7 +165,7 @@ def tool_request(
         if f.description is not None:
             _check_text(f.description, f"{where}.function.description")
         if f.parameters is not None:
-            check_parameters(f.parameters, f"{where}.function.parameters")
+            check_parameters(f.parameters, f"{where}.function.parameters", strict=bool(f.strict))
         tools.append(Tool(f.name, f.description, f.parameters, bool(f.strict)))
     size = 0
     for i, tool in enumerate(tools):
@@ -213,10 +214,12 @@ def json_text(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def check_parameters(schema: dict[str, Any], param: str) -> None:
+def check_parameters(schema: dict[str, Any], param: str, *, strict: bool) -> None:
     """Refuse ``parameters`` that are not the JSON Schema of an arguments object: too large or deep (the
     bounds ``response_format`` has), not a JSON Schema of a known draft (its meta-schema), or of a type other
-    than ``object``. The checks are ``response_format``'s, so both fields refuse the same schemas."""
+    than ``object``; for a ``strict`` tool, also a schema the engines cannot enforce (``check_subset``: a
+    non-strict tool's call is constrained with such keywords ignored). The checks are ``response_format``'s,
+    so both fields refuse the same schemas."""
     size = len(json.dumps(schema, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
     check_bounds(schema, size, param=param)
     check_dialect(schema, param)
@@ -225,6 +228,23 @@ def check_parameters(schema: dict[str, Any], param: str) -> None:
         raise InvalidRequestError(
             f"{param} must be the JSON Schema of an object (its 'type' is {kind!r})", param=param
         )
+    if strict:
+        check_subset(schema, param=param)
+
+
+def grammar_for(tools: ToolRequest | None, response_format: ResponseFormat | None) -> str | None:
+    """The grammar a reply that may call tools must match (``SamplingParams.grammar``, for the engines that
+    constrain decoding); a 400 when the request also asks for a ``response_format``, which cannot be
+    enforced together with it."""
+    if tools is None:
+        return None
+    if response_format is not None and response_format.type != "text":
+        raise InvalidRequestError(
+            "response_format and tools cannot be used together on this server; send one of them",
+            param="response_format",
+            code="unsupported_parameter",
+        )
+    return tool_grammar(tools)
 
 
 # -- the OpenAPI description ----------------------------------------------------------------------------
