@@ -71,9 +71,9 @@ async def test_the_constraint_reaches_the_engine_as_sampling_params() -> None:
     app, engine = replay_app(CITY, rate=None)
     generate = engine.generate
 
-    def spy(prompt: Any, params: Any) -> Any:
+    def spy(prompt: Any, params: Any, **kwargs: Any) -> Any:
         seen.append(params.constraint)
-        return generate(prompt, params)
+        return generate(prompt, params, **kwargs)
 
     engine.generate = spy
     async with asgi_client(app) as client:
