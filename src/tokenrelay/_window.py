@@ -1,8 +1,7 @@
 """The detokenizer's fallback for decoders that are not byte-representable: re-decode a bounded window of ids.
 
 Used by ``Detokenizer`` when ``tokenizer.byte_table()`` is ``None`` (WordPiece, cleanup rules, decoder chains the
-byte table does not model, such as Gemma's ByteFallback without Strip). Rules, each tested in
-``tests/test_detokenizer.py``:
+byte table does not model). Rules, each tested in ``tests/test_detokenizer.py`` and ``tests/test_window.py``:
 
 1. Text is emitted once one further token has not changed it: cleanup rules such as `` 's`` → ``'s`` rewrite
    only the text next to the newest token.
@@ -25,6 +24,11 @@ byte table does not model, such as Gemma's ByteFallback without Strip). Rules, e
 4. Only a decoder that keeps rewriting text more than ``_WINDOW_HARD`` ids back would find no cut; then the text
    not yet emitted is emitted as decoded so far and the window starts again from its newest ids: bounded cost
    per token before exactness for such a decoder.
+
+A limit of any window over decodes alone: it cannot tell a byte-fallback token from a text token. Under HF
+ByteFallback a valid run that ends in an ASCII byte token (``<0x41>``) looks like text and is emitted by rule 1;
+a stray byte after it turns the whole run into U+FFFDs in the reference. The HF chains with ByteFallback that
+tokenrelay knows (Llama/Mistral, Gemma) have byte tables, which hold such a run until it ends.
 
 Sans-I/O: standard library only.
 """
