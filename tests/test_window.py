@@ -92,25 +92,29 @@ def test_an_invalid_run_streams_whatever_the_batch(gemma: WindowOnly, run: bytes
 
 @pytest.mark.parametrize("run", RUNS.values(), ids=RUNS.keys())
 def test_an_invalid_run_is_exact_over_every_split(gemma: WindowOnly, run: bytes) -> None:
-    """Text before, the run, text after: every two-piece split, one id at a time, and random batches. The run is
-    longer than the window, so the window is cut inside it (before: cut from a lead byte, the kept part of an
-    invalid run decoded as text again, and single ids streamed ``a☕很 tea`` where the reference has U+FFFDs)."""
-    words = gemma.encode("Tea for two 🦙 is ready.")
-    ids = [*words, *byte_ids(gemma, run), *words]
-    want = gemma.decode(ids)
-    assert "\ufffd" * len(run) in want
-    assert len(ids) > 2 * _WINDOW_MAX  # the window is cut inside the run
+    """Text before, the run, text after: every two-piece split, one id at a time, in fours and random batches,
+    after prompts of 1 to 12 ids. The run is longer than the window, so the window is cut inside it (before:
+    cut from a lead byte, the kept part of an invalid run decoded as text again: single ids streamed
+    ``a☕很 tea`` where the reference has U+FFFDs)."""
+    words = gemma.encode("Tea for two 🦙 is ready. Tea for two")
+    after = gemma.encode(" is ready.")
 
     def joined(steps: list[list[int]]) -> str:
         detok = Detokenizer(gemma)
         return "".join(detok.feed(s) for s in steps) + detok.finish()
 
-    for k in range(len(ids) + 1):
-        assert joined([ids[:k], ids[k:]]) == want, k
-    assert joined([[i] for i in ids]) == want
     rng = random.Random(24)
-    for _ in range(40):
-        assert joined(random_steps(ids, rng, 9)) == want
+    for lead in range(1, 13):
+        ids = [*words[:lead], *byte_ids(gemma, run), *after]
+        want = gemma.decode(ids)
+        assert "\ufffd" * len(run) in want and len(run) > _WINDOW_MAX + _SETTLE
+        assert joined([[i] for i in ids]) == want, lead
+        assert joined([ids[k : k + 4] for k in range(0, len(ids), 4)]) == want, lead
+        for _ in range(5):
+            assert joined(random_steps(ids, rng, 9)) == want, lead
+        if lead == 5:
+            for k in range(len(ids) + 1):
+                assert joined([ids[:k], ids[k:]]) == want, k
 
 
 def test_text_batches_still_cost_two_decodes(gemma: WindowOnly) -> None:

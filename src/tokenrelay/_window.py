@@ -16,9 +16,10 @@ byte table does not model). Rules, each tested in ``tests/test_detokenizer.py`` 
 3. When the window holds more than ``_WINDOW_MAX`` ids it is cut back to its newest ids, kept as context, so its
    cost per token is bounded. A cut is taken only where the kept ids still decode to the text not yet emitted:
    ``_WINDOW_KEEP`` ids and a few more, or all the ids since text was last emitted plus ``_WINDOW_KEEP``
-   (a long valid ByteFallback run cannot be shown before it ends, so its ids must stay). While the kept ids
-   decode to a U+FFFD, they must also decode to the recent decodes less each of the newest few ids: cut
-   inside an invalid ByteFallback run, bytes that were U+FFFDs could otherwise form text again. Exactness
+   (a long valid ByteFallback run cannot be shown before it ends, so its ids must stay). Where U+FFFDs run
+   on from the emitted text into the pending text, the kept ids must also decode to the recent decodes less
+   each of the newest few ids: cut inside an invalid ByteFallback run, bytes that were U+FFFDs could
+   otherwise form text again. Exactness
    rests on the decoder being local (the usual assumption of window detokenizers), which the tests check on
    WordPiece, byte-level and ByteFallback vocabularies.
 4. Only a decoder that keeps rewriting text more than ``_WINDOW_HARD`` ids back would find no cut; then the text
@@ -103,16 +104,18 @@ class WindowDecoder:
         text = self._decode(self._ids)
         stable = prev.rstrip("\ufffd")
         end = len(stable) if text.startswith(stable) else 0
-        if len(prev) > end:
-            # Rule 2 needs the decodes after each of the newest ids: a batch's inner ones are decoded only now
-            # that text is held (at most _SETTLE - 1 of them), so a batch streams a run as single ids do.
-            inner = [self._decode(self._ids[: n0 + j]) for j in range(max(1, m - _SETTLE), m - 1)]
-            self._extend_history([text] if known else [*inner, prev, text], contiguous=m <= _SETTLE + 1)
+        if len(prev) > end and text.startswith(need := prev[: end + 1]):
+            # Rule 2 could emit more: it needs the decodes after each of the newest ids.
+            if known:
+                self._extend_history([text], contiguous=True)
+            else:
+                decodes, contiguous = self._batch_decodes(n0, m, prev, text, need)
+                self._extend_history(decodes, contiguous=contiguous)
             if len(history) == _SETTLE + 1:
                 # What every one of the last _SETTLE + 1 decodes agrees on is final, U+FFFDs included.
                 end = max(end, min(_agreed(history), len(prev)))
         else:
-            self._extend_history([text] if known else [prev, text], contiguous=m <= 2)
+            self._extend_history([text] if known else [prev, text], contiguous=known or m <= 2)
         if end <= self._done:
             return forced
         out = prev[self._done : end]
@@ -120,6 +123,22 @@ class WindowDecoder:
         self._done = end
         self._emitted_at = len(self._ids) - 1
         return forced + out
+
+    def _batch_decodes(self, n0: int, m: int, prev: str, text: str, need: str) -> tuple[list[str], bool]:
+        """The decodes after each of a batch's ``m`` ids (the window held ``n0`` before it) that rule 2 looks
+        at, and whether they follow on from the history. Rule 2 emits only if all the last ``_SETTLE + 1``
+        start with ``need``: the older decodes kept are checked first, then the batch's inner ones are decoded
+        oldest first (at most ``_SETTLE - 1``), none past one that does not, so a batch streams a run as single
+        ids do and a character cut at the batch's end costs a decode or none (issue 24)."""
+        older = _SETTLE + 1 - m  # how many of the decodes rule 2 needs come before this batch
+        if older > 0 and not all(h.startswith(need) for h in self._history[-older:]):
+            return [prev, text], m <= 2
+        inner: list[str] = []
+        for j in range(max(1, m - _SETTLE), m - 1):
+            inner.append(self._decode(self._ids[: n0 + j]))
+            if not inner[-1].startswith(need):
+                return [prev, text], m <= 2
+        return [*inner, prev, text], older >= 0
 
     def _extend_history(self, decodes: list[str], *, contiguous: bool) -> None:
         """Append the decodes after each of the newest ids; without ``contiguous`` (ids between the old
@@ -148,7 +167,7 @@ class WindowDecoder:
             emitted = tail[: len(tail) - len(pending)]
             # The recent decodes, moved to the new anchor: what they add to the emitted text stays theirs.
             moved = [emitted + h[self._done :] for h in self._history[:-1]]
-            if "\ufffd" in tail and not self._cut_agrees(keep, moved):
+            if emitted[-1:] == pending[:1] == "\ufffd" and not self._cut_agrees(keep, moved):
                 continue
             del self._ids[:-keep]
             self._history = [*moved, tail]
