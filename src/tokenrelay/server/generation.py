@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tokenrelay._errors import EngineError, TokenRelayError, UnavailableError
 from tokenrelay._openai import (
@@ -39,10 +39,13 @@ from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
-    from .app import _Server
-    from .intake import Prepared
+    from tokenrelay.engines.base import Engine
 
-__all__ = ["ENDPOINTS", "Endpoint", "Run", "error_bytes", "shutting_down"]
+    from .admission import Admission
+    from .intake import Intake, Prepared
+    from .metrics import ServerMetrics
+
+__all__ = ["ENDPOINTS", "Endpoint", "Run", "RunHost", "error_bytes", "shutting_down"]
 
 log = logging.getLogger("tokenrelay.server")
 
@@ -90,6 +93,25 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:.1f}ms"
 
 
+class RunHost(Protocol):
+    """What a ``Run`` needs of the server it runs in (the app's state provides it; a run never sees the app).
+
+    The engine and the intake's thread pool to generate with, the admission slots, the metrics to count into,
+    and the set of live runs it leaves when done.
+    """
+
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def intake(self) -> Intake: ...
+    @property
+    def admission(self) -> Admission: ...
+    @property
+    def metrics(self) -> ServerMetrics: ...
+    @property
+    def live(self) -> set[Run]: ...
+
+
 class Run:
     """One generation request: frames or a body out, then metrics and one log line."""
 
@@ -109,7 +131,7 @@ class Run:
         "started",
     )
 
-    def __init__(self, server: _Server, prepared: Prepared, endpoint: str) -> None:
+    def __init__(self, server: RunHost, prepared: Prepared, endpoint: str) -> None:
         self.server = server
         self.gen = gen = prepared.gen
         self.prompt_ids = prepared.prompt_ids
