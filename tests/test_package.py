@@ -85,7 +85,17 @@ def test_the_contributing_guide_names_what_exists() -> None:
     quoted = set(re.findall(r"`([^`\s]+)`", guide))
     paths = {q.rstrip("/") for q in quoted if "/" in q and not q.startswith(("http", "~", "/", "."))}
     paths = {p for p in paths if re.fullmatch(r"[\w.\-/]+", p) and "*" not in p and "NAME" not in p}
-    roots = ("src/", "tests/", "benchmarks/", "docs/", "engines/", "doctor/", "tokenizers/", "server/", "web/")
+    roots = (
+        "src/",
+        "tests/",
+        "benchmarks/",
+        "docs/",
+        "engines/",
+        "doctor/",
+        "tokenizers/",
+        "server/",
+        "web/",
+    )
     checked = 0
     for path in sorted(paths):
         if not path.startswith(roots):
