@@ -64,7 +64,7 @@ def test_the_changelog_latest_release_is_the_version() -> None:
     numbers = [tuple(int(part) for part in version.split(".")) for version, _ in released]
     assert numbers == sorted(numbers, reverse=True) and len(set(numbers)) == len(numbers)
     dates = [date for _, date in released]
-    assert dates == sorted(dates, reverse=True)  # type: ignore[type-var]
+    assert dates == sorted(dates, reverse=True)
     types = {line[4:] for line in lines if line.startswith("### ")}
     assert types and types <= _CHANGE_TYPES, types - _CHANGE_TYPES
     out = subprocess.run(
