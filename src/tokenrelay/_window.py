@@ -19,9 +19,8 @@ byte table does not model). Rules, each tested in ``tests/test_detokenizer.py`` 
    (a long valid ByteFallback run cannot be shown before it ends, so its ids must stay). Where U+FFFDs run
    on from the emitted text into the pending text, the kept ids must also decode to the recent decodes less
    each of the newest few ids: cut inside an invalid ByteFallback run, bytes that were U+FFFDs could
-   otherwise form text again. Exactness
-   rests on the decoder being local (the usual assumption of window detokenizers), which the tests check on
-   WordPiece, byte-level and ByteFallback vocabularies.
+   otherwise form text again. Exactness rests on the decoder being local (the usual assumption of window
+   detokenizers), which the tests check on WordPiece, byte-level and ByteFallback vocabularies.
 4. Only a decoder that keeps rewriting text more than ``_WINDOW_HARD`` ids back would find no cut; then the text
    not yet emitted is emitted as decoded so far and the window starts again from its newest ids: bounded cost
    per token before exactness for such a decoder.
