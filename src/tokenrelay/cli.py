@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -33,8 +34,11 @@ from tokenrelay.engines import ENGINES
 from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK
 
 if TYPE_CHECKING:
+    from socket import socket
+
     from tokenrelay.chat_backends import Backend
     from tokenrelay.engines import Engine
+    from tokenrelay.server import ServerConfig
 
 __all__ = ["COMMANDS", "Command", "main"]
 
@@ -355,16 +359,35 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-gzip", action="store_true", help="do not compress ordinary responses")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving the one port, for the upstream and replay engines (an in-process model "
+        "would be loaded once per process); --max-active and --max-queued are per worker",
+    )
     _add_engine_options(parser)
+
+
+def _check_workers(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise ConfigError(f"--workers {args.workers}: give 1 or more")
+    if args.workers > 1 and args.engine in ("llamacpp", "vllm"):
+        raise ConfigError(
+            f"--workers {args.workers} is for engines that keep no model in the process (upstream, replay): "
+            f"with --engine {args.engine} each worker would load its own copy of the model "
+            f"({args.workers} copies in memory, competing for the same cores); serve it with one process"
+        )
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     from tokenrelay.engines import LlamaCppEngine
     from tokenrelay.server import ServerConfig, bind_socket, serve
 
+    _check_workers(args)
     sock = bind_socket(args.host, args.port)  # a port in use is an error now, not after the model loaded
     port = sock.getsockname()[1]
-    engine = _build_engine(args)
+    engine = _build_engine(args)  # with --workers, once here too: a bad option is one line, before any worker
     llama = args.engine == "llamacpp"
     batching = args.engine in ("upstream", "vllm")  # the engine queues and batches itself
     config = ServerConfig(
@@ -380,6 +403,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         max_prompt_chars=args.max_prompt_chars,
         gzip=not args.no_gzip,
     )
+    if args.workers > 1:
+        model = engine.model
+        del engine  # each worker builds its own; this one only checked the options
+        return _serve_workers(args, model, config, sock)
     _stderr(f"tokenrelay: serving {engine.model} on http://{args.host}:{port} (chat page at /)")
     serve(
         engine,
@@ -392,6 +419,25 @@ def _run_serve(args: argparse.Namespace) -> int:
         header_timeout=args.header_timeout,
     )
     return 0
+
+
+def _serve_workers(args: argparse.Namespace, model: str, config: ServerConfig, sock: socket) -> int:
+    from tokenrelay.server.workers import serve_workers
+
+    if args.engine == "upstream" and args.model is None and model != "upstream":
+        args.model = model  # asked of the replicas once, here, not by every worker
+    workers, port = args.workers, sock.getsockname()[1]
+    _stderr(f"tokenrelay: serving {model} on http://{args.host}:{port} with {workers} workers")
+    return serve_workers(
+        functools.partial(_build_engine, args),
+        config,
+        workers=workers,
+        sock=sock,
+        replicas=len(args.upstream) if args.engine == "upstream" else 0,
+        log_level=args.log_level,
+        graceful_timeout=args.graceful_timeout,
+        header_timeout=args.header_timeout,
+    )
 
 
 COMMANDS: list[Command] = [

@@ -19,7 +19,10 @@ Replicas (every URL serves the same model):
 - state: ``health()`` reports each replica's state (the server's ``GET /health`` shows it, and answers 503
   when no replica is healthy);
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
-  (``metrics_collector()`` is a Prometheus collector the server registers).
+  (``metrics_collector()`` is a Prometheus collector the server registers);
+- several worker processes (``serve --workers N``): ``share_counts`` puts each replica's numbers in cells
+  every worker reads (``server.board``), so the least-loaded pick counts every worker's requests in flight,
+  and the metrics and ``health()`` are the whole server's.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+import typing
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -49,7 +53,7 @@ from tokenrelay.engines.base import (
     render_plain_chat,
 )
 
-__all__ = ["Replica", "UpstreamEngine", "discover_model"]
+__all__ = ["REPLICA_CELLS", "Replica", "SharedCells", "SharedReplica", "UpstreamEngine", "discover_model"]
 
 
 @dataclass(eq=False)
@@ -71,6 +75,82 @@ class Replica:
         self.healthy = False
         self.failures += 1
         self.last_error = reason
+
+    def load(self) -> int:
+        """Requests in flight on the replica (from this process; a ``SharedReplica``'s from every worker)."""
+        return self.active
+
+    def total(self, name: str) -> int:
+        """A counter of ``REPLICA_CELLS`` for the whole server (here: this process)."""
+        value: int = getattr(self, name)
+        return value
+
+    def up(self) -> bool:
+        """Healthy, as the whole server sees it."""
+        return self.healthy
+
+
+#: A replica's numbers as ``SharedReplica`` keeps them in a shared row; the first two are live state (cleared
+#: when a worker goes), the others counters.
+REPLICA_CELLS = ("active", "healthy", "requests", "failures", "retried_away", "tokens", "cancelled")
+
+
+class SharedCells(typing.Protocol):
+    """One worker's cells for one replica in a table all workers map (``server.board.ReplicaCells``)."""
+
+    @property
+    def own(self) -> memoryview: ...  # this worker's cells, in ``REPLICA_CELLS`` order
+
+    def total(self, cell: str) -> int: ...  # summed over the workers
+
+    def healthy_everywhere(self) -> bool: ...
+
+
+def _cell(index: int) -> property:
+    def get(self: SharedReplica) -> int:
+        value: int = self._own[index]
+        return value
+
+    def put(self: SharedReplica, value: int) -> None:
+        self._own[index] = int(value)
+
+    return property(get, put)
+
+
+class SharedReplica(Replica):
+    """A replica whose numbers are this worker's cells of a table the server's workers share: written here as
+    they change (the code that counts is the same), summed over every worker by ``load``, ``total``, ``up``."""
+
+    active = _cell(0)
+    healthy = _cell(1)
+    requests = _cell(2)
+    failures = _cell(3)
+    retried_away = _cell(4)
+    tokens = _cell(5)
+    cancelled = _cell(6)
+
+    def __init__(self, url: str, cells: SharedCells) -> None:
+        self._cells, self._own = cells, cells.own
+        # A worker's counters go on from what its row holds (a replaced worker's); its live state starts anew.
+        super().__init__(
+            url,
+            healthy=True,
+            active=0,
+            requests=self.requests,
+            failures=self.failures,
+            retried_away=self.retried_away,
+            tokens=self.tokens,
+            cancelled=self.cancelled,
+        )
+
+    def load(self) -> int:
+        return self._cells.total("active")
+
+    def total(self, name: str) -> int:
+        return self._cells.total(name)
+
+    def up(self) -> bool:
+        return self._cells.healthy_everywhere()
 
 
 class _Retry(Exception):
@@ -269,7 +349,7 @@ class UpstreamEngine:
         turn = next(self._turn)
         n = len(self.replicas)
         # Least in flight; ties broken by a rotating start, so equal replicas share the load.
-        return min(healthy, key=lambda r: (r.active, (self.replicas.index(r) - turn) % n))
+        return min(healthy, key=lambda r: (r.load(), (self.replicas.index(r) - turn) % n))
 
     def _ensure_started(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -307,15 +387,15 @@ class UpstreamEngine:
         replicas = [
             {
                 "url": r.url,
-                "healthy": r.healthy,
-                "active": r.active,
-                "requests": r.requests,
-                "failures": r.failures,
+                "healthy": r.up(),
+                "active": r.load(),
+                "requests": r.total("requests"),
+                "failures": r.total("failures"),
                 "last_error": r.last_error or None,
             }
             for r in self.replicas
         ]
-        return {"healthy": any(r.healthy for r in self.replicas), "replicas": replicas}
+        return {"healthy": any(r.up() for r in self.replicas), "replicas": replicas}
 
     async def _health_loop(self) -> None:
         while True:
@@ -323,9 +403,15 @@ class UpstreamEngine:
                 await self.check_health()
             await asyncio.sleep(self._health_interval)
 
+    def share_counts(self, cells: Sequence[SharedCells]) -> None:
+        """Count into ``cells``, one per replica in order, shared with the server's other worker processes."""
+        if len(cells) != len(self.replicas):
+            raise ValueError(f"{len(cells)} shared cells for {len(self.replicas)} replicas")
+        self.replicas = [SharedReplica(r.url, c) for r, c in zip(self.replicas, cells, strict=True)]
+
     def metrics_collector(self) -> _ReplicaCollector:
         """A Prometheus collector of the per-replica numbers (the server registers it on its registry)."""
-        return _ReplicaCollector(self.replicas)
+        return _ReplicaCollector(self)
 
     async def aclose(self) -> None:
         if self._health_task is not None:
@@ -344,8 +430,8 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
 
 
 class _ReplicaCollector:
-    def __init__(self, replicas: list[Replica]) -> None:
-        self._replicas = replicas
+    def __init__(self, engine: UpstreamEngine) -> None:
+        self._engine = engine  # its replicas as they are at each scrape (share_counts replaces them)
 
     def collect(self) -> Iterator[object]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -360,13 +446,13 @@ class _ReplicaCollector:
         }
         for name, doc in counters.items():
             family = CounterMetricFamily(f"tokenrelay_upstream_{name}", doc, labels=["replica"])
-            for r in self._replicas:
-                family.add_metric([r.url], getattr(r, name))
+            for r in self._engine.replicas:
+                family.add_metric([r.url], r.total(name))
             yield family
         active = GaugeMetricFamily("tokenrelay_upstream_active", "Requests in flight", labels=["replica"])
         up = GaugeMetricFamily("tokenrelay_upstream_up", "1 if the replica is healthy", labels=["replica"])
-        for r in self._replicas:
-            active.add_metric([r.url], r.active)
-            up.add_metric([r.url], 1 if r.healthy else 0)
+        for r in self._engine.replicas:
+            active.add_metric([r.url], r.load())
+            up.add_metric([r.url], 1 if r.up() else 0)
         yield active
         yield up
