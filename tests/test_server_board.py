@@ -19,7 +19,8 @@ from _uvicorn import serve
 from server_helpers import replay_app
 from tokenrelay import load_tokenizer
 from tokenrelay.engines.base import SamplingParams, Step
-from tokenrelay.engines.upstream import REPLICA_CELLS, SharedReplica, UpstreamEngine
+from tokenrelay.engines.replicas import REPLICA_CELLS, SharedReplica
+from tokenrelay.engines.upstream import UpstreamEngine
 from tokenrelay.server.board import WORKER_CELLS, Board, Seat
 
 TEXT = "Shared ☕ counts 🦙 नमस्ते. " * 40

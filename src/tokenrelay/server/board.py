@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tokenrelay.engines.upstream import REPLICA_CELLS
+from tokenrelay.engines.replicas import REPLICA_CELLS
 
 __all__ = ["WORKER_CELLS", "Board", "ReplicaCells", "Seat"]
 
