@@ -1,4 +1,4 @@
-"""What every engine offers: ``generate(prompt, params)`` as an async iterator of token-id steps.
+"""What every engine offers: ``generate(prompt, params, prompt_ids=...)`` as an async iterator of token-id steps.
 
 An engine produces token ids, never text: text comes from tokenrelay's own detokenizer (``TextStream``), so
 every engine gets the same UTF-8 and stop-string handling. A *step* is the ids one engine iteration produced,
@@ -9,9 +9,17 @@ iterating it, or closes it (``aclose()``, ``contextlib.aclosing``), the engine s
 the step already running finishes. A generation never keeps computing to the end in a thread after its
 consumer is gone. A failure mid-stream raises ``EngineError`` from the iterator, it never hangs.
 
+One tokenization per request (issue 23): the caller tokenizes the prompt once, with ``engine.prompt_ids``
+(the server's intake does it before the response starts, off the event loop for a long prompt;
+``stream_events`` when it is not given them), and hands the ids to ``generate``. An engine that runs the model
+itself (llama.cpp, vLLM) reads those ids and never renders or tokenizes the prompt again; an engine whose
+replicas apply their own chat template (``upstream``) still sends ``prompt``, the messages, and uses the ids
+for nothing but what it must know locally. Both travel together so that every engine takes what it needs.
+
 An engine may set ``stranded = "discard"`` when its own server drops the bytes of a character left unfinished
 at the end of a reply (vLLM's detokenizer never emits them, so a reply cut by ``max_tokens`` inside an emoji
-ends before it); the default, ``"replace"``, ends it with U+FFFD as the tokenizer's full decode does.
+ends before it); the default, ``"replace"``, ends it with U+FFFD as the tokenizer's full decode does. An engine
+that learns it per reply (a relay reads its upstream's text) yields :class:`Stranded` instead.
 
 Step times (issue 13): an engine that knows when a step was computed yields it as :class:`TimedIds`, the ids
 with the step's start and end on ``time.perf_counter`` (the clock ``stream_events`` and the server use); the
@@ -32,7 +40,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from tokenrelay._errors import EngineError, InvalidRequestError, TokenRelayError
 from tokenrelay._protocols import Tokenizer
@@ -46,6 +54,7 @@ __all__ = [
     "PromptTokens",
     "SamplingParams",
     "Step",
+    "Stranded",
     "TextStep",
     "TimedIds",
     "render_plain_chat",
@@ -89,6 +98,16 @@ class EngineFinished:
     reason: FinishReason
 
 
+@dataclass(frozen=True)
+class Stranded:
+    """How the engine's own text ends a reply cut inside a character, from now on: ``"replace"`` (with
+    U+FFFD, as tokenrelay's server and the tokenizer's full decode) or ``"discard"`` (as vLLM). An upstream
+    engine yields it when its server's text shows which, before the ids it read that from, so a relay ends
+    every reply as its upstream did; without it, the engine's ``stranded`` attribute holds."""
+
+    policy: Literal["replace", "discard"]
+
+
 class TimedIds(tuple[int, ...]):
     """The ids of one step and when the engine computed it: ``started`` and ``ended`` are
     ``time.perf_counter()`` seconds. A tuple, so every consumer of plain id steps reads it unchanged. Make
@@ -108,9 +127,9 @@ def timed_ids(ids: Iterable[int], started: float, ended: float) -> TimedIds:
     return step
 
 
-Step: TypeAlias = Sequence[int] | TextStep | PromptTokens | EngineFinished
-"""The token ids one engine iteration produced (or, rarely, a ``TextStep``, ``PromptTokens`` or
-``EngineFinished``)."""
+Step: TypeAlias = Sequence[int] | TextStep | PromptTokens | EngineFinished | Stranded
+"""The token ids one engine iteration produced (or, rarely, a ``TextStep``, ``PromptTokens``,
+``EngineFinished`` or ``Stranded``)."""
 
 
 # Prompts up to this many ids prime a detokenizer in well under a millisecond.
@@ -159,8 +178,12 @@ class Engine(Protocol):
         """The ids the model reads for ``prompt`` (after any chat template), for usage counting."""
         ...
 
-    def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
-        """Token-id steps for ``prompt``; stops promptly when cancelled or closed (see module docstring)."""
+    def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
+        """Token-id steps for ``prompt``, whose ids are ``prompt_ids`` (``self.prompt_ids(prompt)``, computed
+        once by the caller: the engine does not tokenize again); stops promptly when cancelled or closed (see
+        module docstring)."""
         ...
 
     async def aclose(self) -> None:
@@ -231,7 +254,7 @@ async def stream_events(
         stream = await asyncio.get_running_loop().run_in_executor(executor, text_stream)
     timeline = StepTimeline() if step_times else None
     end_reason: FinishReason = "stop"
-    steps = engine.generate(prompt, params)
+    steps = engine.generate(prompt, params, prompt_ids=prompt_ids)
     try:
         async for step in steps:
             now = clock()
@@ -244,6 +267,9 @@ async def stream_events(
                 continue
             elif isinstance(step, EngineFinished):
                 end_reason = step.reason
+                continue
+            elif isinstance(step, Stranded):
+                stream.set_stranded(step.policy)
                 continue
             else:
                 if timeline is not None:
