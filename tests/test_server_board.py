@@ -105,7 +105,9 @@ def test_two_workers_engines_pick_the_least_loaded_replica_of_the_whole_server(t
             streams = []
             try:
                 for i in range(4):
-                    steps = engines[i % 2].generate("go", SamplingParams(max_tokens=200))
+                    engine = engines[i % 2]
+                    ids = engine.prompt_ids("go")
+                    steps = engine.generate("go", SamplingParams(max_tokens=200), prompt_ids=ids)
                     await _first_step(steps)  # streaming now: in flight on its replica
                     streams.append(steps)
                     spread.append(sorted(r.load() for r in engines[0].replicas))
