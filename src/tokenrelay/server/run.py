@@ -45,8 +45,9 @@ log = logging.getLogger("tokenrelay.server")
 _BACKSTOP = 5.0
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (``port`` 0 picks a free one), as uvicorn would bind it.
+def bind_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (``port`` 0 picks a free one), as uvicorn would bind it;
+    ``reuse_port``: with SO_REUSEPORT, to listen beside the server's other sockets on that port (workers).
 
     Raises :class:`ConfigError` with one line when the address is taken or cannot be bound.
     """
@@ -60,6 +61,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
         # SO_REUSEADDR lets a restarted server take its port back from TIME_WAIT; it does not let two
         # servers listen on one port (Linux and macOS refuse that with EADDRINUSE).
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
     except OSError as exc:
         sock.close()

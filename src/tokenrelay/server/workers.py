@@ -1,16 +1,22 @@
 """Several worker processes on one port: ``tokenrelay serve --workers N``.
 
 For the engines that keep no model in the process (``upstream``, ``replay``): one process relays what one
-core can, so N processes relay up to N times that. The parent binds the socket once (``run.bind_socket``:
-a port in use is still one line at start), then supervises N workers that each build the engine and serve
-the same socket (the kernel hands each new connection to one of them):
+core can, so N processes relay up to N times that. The parent binds the port once (``run.bind_socket``: a
+port in use is still one line at start), then supervises N workers that each build the engine and serve it:
 
+- **the sockets**: on Linux each worker listens on a socket of its own, all bound by the parent to the one
+  port with SO_REUSEPORT, and the kernel spreads new connections over them by a hash of the client's address.
+  One socket shared by every worker (as uvicorn's and gunicorn's workers share theirs) was measured lopsided:
+  whichever worker is idle when a burst of connections arrives accepts them all, and kept-alive connections
+  stay where they landed (``benchmarks/workers.py``: 16 saturating connections, all on one of two workers,
+  1.1× the tokens/s of one worker). Elsewhere (no balancing SO_REUSEPORT) the workers share one socket.
 - **start**: the workers are spawned (a fresh interpreter each, not forked: nothing half-initialised from the
   parent). One that fails before it serves stops the start: the others are stopped and the exit status is 3
   (the worker's own error is on stderr above).
 - **a crash**: a worker that exits while the server runs is replaced in the same row of the board. One that
   dies within ``_QUICK`` seconds of starting is restarted after a growing pause (up to 30 s), so a worker that
-  cannot live does not spin.
+  cannot live does not spin. Its socket is closed at once and a new one bound for the replacement: the
+  connections it held, accepted or still queued, are lost with it, and no new one waits for its restart.
 - **SIGTERM or SIGINT**: the parent closes its copy of the socket and sends each worker SIGTERM; each drains
   by the single-process rule (``run.RelayServer``: new generations get a 503, running replies get
   ``--graceful-timeout`` seconds, then an error event and ``[DONE]``). The parent exits 0 when every worker
@@ -37,6 +43,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -51,7 +58,7 @@ from tokenrelay.engines.base import Engine
 
 from .app import ServerConfig, create_app
 from .board import WORKER_CELLS, Board, Seat
-from .run import _BACKSTOP, uvicorn_server
+from .run import _BACKSTOP, bind_socket, uvicorn_server
 
 __all__ = ["serve_workers"]
 
@@ -67,7 +74,6 @@ class _Plan:
 
     build: Callable[[], Engine]
     config: ServerConfig
-    sock: socket.socket
     board: str
     workers: int
     replicas: int
@@ -76,8 +82,8 @@ class _Plan:
     header_timeout: float
 
 
-def _worker(index: int, plan: _Plan) -> None:
-    """A worker process: build the engine, take the board's row ``index``, serve ``plan.sock`` until told."""
+def _worker(index: int, plan: _Plan, sock: socket.socket) -> None:
+    """A worker process: build the engine, take the board's row ``index``, serve ``sock`` until told."""
     logging.basicConfig(
         level=plan.log_level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s [worker {index}]: %(message)s",
@@ -93,7 +99,7 @@ def _worker(index: int, plan: _Plan) -> None:
     app = create_app(engine, plan.config, seat=Seat(board, index))
     server = uvicorn_server(
         app,
-        port=plan.sock.getsockname()[1],
+        port=sock.getsockname()[1],
         log_level=plan.log_level,
         graceful_timeout=plan.graceful_timeout,
         header_timeout=plan.header_timeout,
@@ -109,15 +115,41 @@ def _worker(index: int, plan: _Plan) -> None:
             time.sleep(0.5)
 
     threading.Thread(target=watch_parent, name="tokenrelay-parent-watch", daemon=True).start()
-    with plan.sock, contextlib.suppress(KeyboardInterrupt):
-        server.run(sockets=[plan.sock])
+    with sock, contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
     if not server.started:
         raise SystemExit(3)
 
 
+class _Sockets:
+    """The listening sockets of the port: one per worker (SO_REUSEPORT, Linux), or one for all."""
+
+    def __init__(self, sock: socket.socket, workers: int) -> None:
+        self.host, self.port = sock.getsockname()[:2]
+        self.own = workers > 1 and sys.platform.startswith("linux")
+        if self.own:
+            sock.close()  # it holds the port without SO_REUSEPORT: the workers' sockets take its place
+            self.each = [self._bind() for _ in range(workers)]
+        else:
+            self.each = [sock] * workers
+
+    def _bind(self) -> socket.socket:
+        return bind_socket(self.host, self.port, reuse_port=True)
+
+    def renew(self, index: int) -> None:
+        """Worker ``index`` is gone: drop its socket (and what waits in it), bind a new one for its successor."""
+        if self.own:
+            self.each[index].close()
+            self.each[index] = self._bind()
+
+    def close(self) -> None:
+        for sock in set(self.each):
+            sock.close()
+
+
 class _Supervisor:
-    def __init__(self, plan: _Plan, board: Board) -> None:
-        self.plan, self.board = plan, board
+    def __init__(self, plan: _Plan, board: Board, sockets: _Sockets) -> None:
+        self.plan, self.board, self.sockets = plan, board, sockets
         self.context = multiprocessing.get_context("spawn")
         self.processes: dict[int, BaseProcess] = {}
         self.started_at: dict[int, float] = {}
@@ -129,7 +161,10 @@ class _Supervisor:
     def start(self, index: int) -> None:
         self.board.clear_live(index)
         process = self.context.Process(
-            target=_worker, args=(index, self.plan), name=f"tokenrelay-worker-{index}", daemon=False
+            target=_worker,
+            args=(index, self.plan, self.sockets.each[index]),
+            name=f"tokenrelay-worker-{index}",
+            daemon=False,
         )
         process.start()
         self.processes[index], self.started_at[index] = process, time.monotonic()
@@ -141,6 +176,7 @@ class _Supervisor:
         self.board.clear_live(index)
         if self.signals:
             return
+        self.sockets.renew(index)
         lived = time.monotonic() - self.started_at[index]
         quick = self.quick_deaths[index] = self.quick_deaths.get(index, 0) + 1 if lived < _QUICK else 0
         pause = 0.0 if quick == 0 else min(30.0, 0.5 * 2 ** (quick - 1))
@@ -154,9 +190,9 @@ class _Supervisor:
         )
         self.restart_at[index] = time.monotonic() + pause
 
-    def stop(self, sock: socket.socket) -> None:
+    def stop(self) -> None:
         """The first signal: stop accepting here, and let every worker drain."""
-        sock.close()  # with every worker's copy closed too, new connections are refused
+        self.sockets.close()  # with every worker's copy closed too, new connections are refused
         self.restart_at.clear()
         log.info("shutting down: %d workers draining", len(self.processes))
         self.forward(signal.SIGTERM)
@@ -199,7 +235,6 @@ def serve_workers(
     plan = _Plan(
         build,
         config,
-        sock,
         str(run_dir / "board"),
         workers,
         replicas,
@@ -207,7 +242,7 @@ def serve_workers(
         graceful_timeout,
         header_timeout,
     )
-    supervisor = _Supervisor(plan, board)
+    supervisor = _Supervisor(plan, board, _Sockets(sock, workers))
     wake_read, wake_write = socket.socketpair()
     wake_write.setblocking(False)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -226,7 +261,7 @@ def serve_workers(
         while supervisor.processes or supervisor.restart_at:
             if supervisor.signals > handled:
                 if handled == 0:
-                    supervisor.stop(sock)
+                    supervisor.stop()
                     deadline = time.monotonic() + allowed
                 else:  # a second signal: stop now, as a single server does on a second Ctrl-C
                     supervisor.forward(signal.SIGINT)
