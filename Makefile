@@ -127,7 +127,6 @@ serve: $(STAMP) $(NODE_STAMP)
 # vLLM (CPU build) in a venv of its own: ~3.4 GB, 5-6 min to install; the tests start vLLM twice (~1-3 min each).
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
-export VLLM_CPU_KVCACHE_SPACE ?= 1
 
 $(VLLM_STAMP): pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)

@@ -153,6 +153,27 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     vllm.add_argument("--max-model-len", type=int)
     vllm.add_argument("--dtype")
     vllm.add_argument("--enforce-eager", action="store_true")
+    vllm.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        help="the fraction of the device's memory vLLM reserves (on its CPU build: of all RAM; vLLM's default "
+        "0.92 fails where other programs use some)",
+    )
+    vllm.add_argument(
+        "--kv-cache-memory-bytes",
+        type=_byte_count,
+        help="the KV cache's size (2G, 1.5g, 1073741824), instead of --gpu-memory-utilization (default on "
+        "vLLM's CPU build: a quarter of the available RAM, at most 4 GiB; or VLLM_CPU_KVCACHE_SPACE GiB)",
+    )
+
+
+def _byte_count(text: str) -> int:
+    from tokenrelay.engines.vllm_memory import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _read_text_file(path: Path) -> str:
@@ -214,6 +235,8 @@ VLLM_OPTIONS = (
     "max_model_len",
     "dtype",
     "enforce_eager",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
 )
 
 
