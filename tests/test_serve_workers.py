@@ -278,3 +278,10 @@ def test_two_processes_metrics_equal_one_process_that_saw_everything(tmp_path: P
     for key, value in one.items():
         assert math.isclose(both[key], value, rel_tol=1e-9, abs_tol=1e-12), key
     assert one["tokenrelay_inter_token_seconds_count", (("model", "m"),)] == 600
+
+
+def test_serve_help_shows_the_workers_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--workers WORKERS" in out and "upstream and replay engines" in out and "(default: 1)" in out

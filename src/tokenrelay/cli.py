@@ -410,7 +410,13 @@ def _run_serve(args: argparse.Namespace) -> int:
     _check_workers(args)
     sock = bind_socket(args.host, args.port)  # a port in use is an error now, not after the model loaded
     port = sock.getsockname()[1]
-    engine = _build_engine(args)  # with --workers, once here too: a bad option is one line, before any worker
+    try:
+        engine = _build_engine(
+            args
+        )  # with --workers, once here too: a bad option is one line, before any worker
+    except BaseException:
+        sock.close()
+        raise
     llama = args.engine == "llamacpp"
     batching = args.engine in ("upstream", "vllm")  # the engine queues and batches itself
     config = ServerConfig(
