@@ -26,6 +26,15 @@ with the step's start and end on ``time.perf_counter`` (the clock ``stream_event
 embedded llama.cpp engine times each ``llama_decode`` so, the replay engine its release. Any other step is
 timed by its arrival in ``stream_events``, marked as not measured.
 
+Structured output (issue 20): ``params.constraint`` is a :class:`JSONConstraint` when the request asked for
+JSON (``response_format``), already checked against the subset of JSON Schema tokenrelay can enforce
+(``_schema_subset``). An engine that enforces it constrains every sampled token (the llama.cpp engine with
+llguidance masks, vLLM with its structured outputs, an upstream replica with its own); an engine that can
+refuse a schema before anything runs offers ``check_constraint(constraint)``, which raises
+``InvalidRequestError`` and which the server calls at intake, off the event loop, so a schema it cannot
+compile is a 400, never an error inside a stream. The replay engine ignores the constraint: it replays its
+text, JSON or not.
+
 An engine also stops by itself after ``params.max_tokens`` ids and after yielding an end-of-sequence id (one
 of ``stop_token_ids``); ``TextStream`` does the same bookkeeping, so the two never disagree about where a
 reply ended.
@@ -50,6 +59,7 @@ __all__ = [
     "ChatMessage",
     "Engine",
     "EngineFinished",
+    "JSONConstraint",
     "Prompt",
     "PromptTokens",
     "SamplingParams",
@@ -137,13 +147,28 @@ _INLINE_PROMPT_IDS = 512
 
 
 @dataclass(frozen=True)
+class JSONConstraint:
+    """The reply must be one JSON value: any JSON object (``schema is None``: ``{"type": "json_object"}``) or
+    one valid against ``schema``, a JSON Schema as compact JSON text (its property order kept: engines generate
+    properties in that order). ``name``, ``description`` and ``strict`` are the request's, passed on to
+    upstream servers as given. Hashable, so engines can cache what they compile from it."""
+
+    schema: str | None = None
+    name: str | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
+    """How to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable; ``constraint``, when
+    set, is the JSON the reply must be (see the module docstring)."""
 
     max_tokens: int | None = 256
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    constraint: JSONConstraint | None = None
 
     def __post_init__(self) -> None:
         # The OpenAI API's own bounds, so a bad request is a 400 naming the field, not an engine crash.
