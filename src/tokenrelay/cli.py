@@ -9,7 +9,7 @@ installed (the line names the pip extra to install). Every ``--help`` shows the 
 ``generate`` and ``chat`` (in ``tokenrelay.chat_cli``) talk to the embedded engine, or, with ``--url`` (or
 ``TOKENRELAY_URL``), stream through a running OpenAI-compatible server instead of loading a model.
 
-At ~450 lines this module is over the usual size because it is the whole option surface in one place: every
+At ~520 lines this module is over the usual size because it is the whole option surface in one place: every
 subcommand's options, defaults and engine construction, which ``--help`` and the tests read together. The
 engine options and ``_build_engine`` are the seam to split along if it grows.
 """
