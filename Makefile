@@ -27,7 +27,7 @@ LLAMA_SERVER_STAMP := $(dir $(LLAMA_SERVER)).built-$(notdir $(LLAMA_WHEELS))
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
 	cmake
 
-.PHONY: install test lint check bench bench-json bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+.PHONY: install test lint check bench bench-json bench-workers bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -106,6 +106,11 @@ bench: install
 bench-json: install
 	$(BIN)/python benchmarks/partial_json.py
 	node benchmarks/partial_json.js
+
+# serve --workers: 1 vs 2 worker processes at saturation, the replay engine and a front over a canned upstream
+# (~7 min on 2 cores; the tokens/s ratio, CPU per token, and the cores the server got).
+bench-workers: install
+	$(BIN)/python benchmarks/workers.py
 
 # llama.cpp's own server, for the side-by-side benchmarks and the tests that relay from it: built once from the
 # llama.cpp sources inside the same llama-cpp-python sdist, with the same portable flags (~7 min on 2 cores).

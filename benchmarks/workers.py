@@ -278,13 +278,26 @@ class Result:
     server_us_per_token: float
     others_share: float  # of the machine's CPU over the batch: the load generator and the canned upstream
     spread: list[int]
+    server_cores: float  # the server's CPU seconds per second: how much of the cores it got
+
+
+def _cpu(server: Proc, upstream: Proc | None) -> tuple[float, float, float]:
+    """CPU seconds so far: the server's process tree, the canned upstream's, this process's."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return (
+        tree_cpu(server.proc.pid),
+        tree_cpu(upstream.proc.pid) if upstream else 0.0,
+        own.ru_utime + own.ru_stime,
+    )
 
 
 def measure(server: Proc, upstream: Proc | None, args: argparse.Namespace, expected: str) -> Result:
     spread: list[int] = []
+    cpu: list[tuple[float, float, float]] = []
 
     async def run() -> tuple[int, float, list[bytes]]:
         await load(server.url, args.streams, args.tokens, 1.0)  # warm up every worker's paths
+        cpu.append(_cpu(server, upstream))
         task = asyncio.ensure_future(load(server.url, args.streams, args.tokens, args.seconds))
         samples: list[list[int]] = []
         async with httpx.AsyncClient() as client:  # how the kept-alive connections spread over the workers
@@ -293,30 +306,25 @@ def measure(server: Proc, upstream: Proc | None, args: argparse.Namespace, expec
                 workers = (await client.get(server.url + "/health")).json().get("workers")
                 if workers:
                     samples.append([w["active"] + w["queued"] for w in workers["each"]])
+        result = await task
+        cpu.append(_cpu(server, upstream))
         if samples:  # each worker's generations, averaged over the batch
             spread.extend(
                 sorted((round(sum(c) / len(samples)) for c in zip(*samples, strict=False)), reverse=True)
             )
-        return await task
+        return result
 
-    server_cpu = tree_cpu(server.proc.pid)
-    upstream_cpu = tree_cpu(upstream.proc.pid) if upstream else 0.0
-    own = resource.getrusage(resource.RUSAGE_SELF)
     received, elapsed, firsts = asyncio.run(run())
-    own_after = resource.getrusage(resource.RUSAGE_SELF)
-    server_cpu = tree_cpu(server.proc.pid) - server_cpu
-    upstream_cpu = (tree_cpu(upstream.proc.pid) if upstream else 0.0) - upstream_cpu
-    client_cpu = (own_after.ru_utime - own.ru_utime) + (own_after.ru_stime - own.ru_stime)
+    server_cpu, upstream_cpu, client_cpu = (after - before for before, after in zip(*cpu, strict=True))
     bad = sum(reply_text(raw) != expected for raw in firsts if raw)
     if bad:
         raise SystemExit(f"{bad} replies differ from the expected text")
-    # The client's CPU includes the warm-up second: scaled to the batch's share of the wall time.
-    client_cpu *= args.seconds / (args.seconds + 1.0)
     return Result(
         received / elapsed,
         server_cpu / received * 1e6 if received else float("nan"),
         (client_cpu + upstream_cpu) / (elapsed * (os.cpu_count() or 1)),
         spread,
+        server_cpu / elapsed,
     )
 
 
@@ -394,7 +402,8 @@ def main() -> None:
                 results.setdefault((setup, workers), []).append(result)
                 print(
                     f"  {setup:8} {workers} worker{'s' if workers > 1 else ' '}: {result.tokens_per_s:8.0f} tok/s"
-                    f"  {result.server_us_per_token:5.1f} µs CPU/token  connections {result.spread}"
+                    f"  {result.server_us_per_token:5.1f} µs CPU/token  on {result.server_cores:.2f} cores"
+                    f"  connections {result.spread}"
                     f"  load+upstream {result.others_share:.0%} of the CPUs",
                     flush=True,
                 )
