@@ -20,7 +20,7 @@ workers (from ``/health``), and the ratio of 2 workers' tokens/s to 1 worker's: 
 cores. On two cores the load generator and the canned upstream take some of the CPU too: their share is
 printed, since at saturation it is CPU the workers do not get.
 
-    python benchmarks/workers.py [--setups replay,upstream] [--streams 64] [--tokens 256] [--rounds 3]
+    python benchmarks/workers.py [--setups replay,upstream] [--streams 16] [--tokens 256] [--rounds 3]
 
 Not a test: numbers vary with the machine; compare within one run and read the ratios.
 """
@@ -333,7 +333,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--setups", default="replay,upstream")
-    parser.add_argument("--streams", type=int, default=64)
+    parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
