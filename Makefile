@@ -28,7 +28,7 @@ SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core 
 	cmake
 
 .PHONY: install test lint lint-ruff lint-format lint-mypy lint-prettier check format bench bench-json \
-	bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+	bench-workers bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -124,6 +124,11 @@ bench-json: install
 	$(BIN)/python benchmarks/partial_json.py
 	node benchmarks/partial_json.js
 
+# serve --workers: 1 vs 2 worker processes at saturation, the replay engine and a front over a canned upstream
+# (~7 min on 2 cores; the tokens/s ratio, CPU per token, and the cores the server got).
+bench-workers: install
+	$(BIN)/python benchmarks/workers.py
+
 # llama.cpp's own server, for the side-by-side benchmarks and the tests that relay from it: built once from the
 # llama.cpp sources inside the same llama-cpp-python sdist, with the same portable flags (~7 min on 2 cores).
 $(LLAMA_SERVER_STAMP): | $(BIN)/python $(SYSTEM_STAMP)
@@ -151,7 +156,6 @@ serve: $(STAMP) $(NODE_STAMP)
 # vLLM (CPU build) in a venv of its own: ~3.4 GB, 5-6 min to install; the tests start vLLM twice (~1-3 min each).
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
-export VLLM_CPU_KVCACHE_SPACE ?= 1
 
 $(VLLM_STAMP): pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)

@@ -32,6 +32,8 @@ import openai
 
 from _uvicorn import serve
 from tokenrelay import load_tokenizer
+from tokenrelay.cli import main
+from tokenrelay.engines import vllm_memory
 from tokenrelay.engines.upstream import UpstreamEngine
 from tokenrelay.engines.vllm import VLLMEngine, smollm2_hf_dir
 from tokenrelay.server import ServerConfig, create_app
@@ -98,10 +100,18 @@ def references(vllm_server: str) -> dict[str, str]:
     return out
 
 
+PROGRESS: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def in_process(model_dir: Path) -> Iterator[tuple[str, VLLMEngine]]:
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    engine = VLLMEngine.load("smollm2", on_progress=print, **OPTIONS)  # type: ignore[arg-type]
+    # No VLLM_CPU_KVCACHE_SPACE: the engine starts with tokenrelay's own default on vLLM's CPU build.
+    saved = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    try:
+        engine = VLLMEngine.load("smollm2", on_progress=PROGRESS.append, **OPTIONS)  # type: ignore[arg-type]
+    finally:
+        if saved is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
     with serve(create_app(engine, ServerConfig(max_active=64))) as url:
         yield url, engine
     asyncio.run(engine.aclose())
@@ -134,6 +144,37 @@ def test_in_process_vllm_streams_vllms_own_replies(
     url, engine = in_process
     for prompt in PROMPTS:
         assert stream_text(url, prompt, engine.model) == references[prompt]
+
+
+def test_vllm_starts_on_the_cpu_with_a_kv_cache_that_fits(in_process: tuple[str, VLLMEngine]) -> None:
+    """vLLM's own default (0.92 of all RAM reserved) fails on a machine where anything else runs; the engine
+    above started without VLLM_CPU_KVCACHE_SPACE, with the KV cache tokenrelay sized."""
+    _, engine = in_process
+    size = engine._llm.vllm_config.cache_config.kv_cache_memory_bytes
+    _, available = vllm_memory._memory()
+    assert size is not None and size <= vllm_memory.DEFAULT_CPU_KV_CACHE_CAP and size < available
+    assert any("vLLM KV cache:" in line and "--kv-cache-memory-bytes" in line for line in PROGRESS), PROGRESS
+
+
+def test_memory_vllm_cannot_have_is_one_line_naming_the_option(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before vLLM starts its engine process: too large a reserved fraction, too large a KV cache."""
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    total, available = vllm_memory._memory()
+    if available / total > 0.98:
+        pytest.skip("this machine has nearly all its memory free: no fraction ≤ 1 is too much")
+    base = ["serve", "--engine", "vllm", "--port", "0", "--enforce-eager", "--max-model-len", "1024"]
+    for extra, option in (
+        (["--gpu-memory-utilization", "0.99"], "--kv-cache-memory-bytes"),
+        (["--kv-cache-memory-bytes", "64T"], "--kv-cache-memory-bytes"),
+    ):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err  # the progress lines ("starting vLLM on …"), then the error
+        errors = [line for line in err.splitlines() if "error" in line.lower()]
+        assert len(errors) == 1 and errors[0] == err.splitlines()[-1], err
+        assert errors[0].startswith("tokenrelay serve: error: ") and option in errors[0], err
+        assert "Traceback" not in err
 
 
 def test_a_client_that_leaves_aborts_the_vllm_request(in_process: tuple[str, VLLMEngine]) -> None:

@@ -19,7 +19,10 @@ Replicas (every URL serves the same model):
 - state: ``health()`` reports each replica's state (the server's ``GET /health`` shows it, and answers 503
   when no replica is healthy);
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
-  (``metrics_collector()`` is a Prometheus collector the server registers).
+  (``metrics_collector()`` is a Prometheus collector the server registers);
+- several worker processes (``serve --workers N``): ``share_counts`` puts each replica's numbers in cells
+  every worker reads (``server.board``), so the least-loaded pick counts every worker's requests in flight,
+  and the metrics and ``health()`` are the whole server's.
 """
 
 from __future__ import annotations
@@ -28,8 +31,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Literal
 
 import httpx
@@ -49,29 +51,9 @@ from tokenrelay.engines.base import (
     TextStep,
     render_plain_chat,
 )
+from tokenrelay.engines.replicas import Replica, ReplicaCollector, SharedCells, SharedReplica
 
 __all__ = ["Replica", "UpstreamEngine", "discover_model"]
-
-
-@dataclass(eq=False)
-class Replica:
-    """One upstream server and what happened on it."""
-
-    url: str
-    healthy: bool = True
-    active: int = 0
-    requests: int = 0
-    failures: int = 0
-    retried_away: int = 0
-    tokens: int = 0
-    cancelled: int = 0
-    last_error: str = ""
-    ttft: list[float] = field(default_factory=list, repr=False)
-
-    def down(self, reason: str) -> None:
-        self.healthy = False
-        self.failures += 1
-        self.last_error = reason
 
 
 class _Retry(Exception):
@@ -281,7 +263,7 @@ class UpstreamEngine:
         turn = next(self._turn)
         n = len(self.replicas)
         # Least in flight; ties broken by a rotating start, so equal replicas share the load.
-        return min(healthy, key=lambda r: (r.active, (self.replicas.index(r) - turn) % n))
+        return min(healthy, key=lambda r: (r.load(), (self.replicas.index(r) - turn) % n))
 
     def _ensure_started(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -319,15 +301,15 @@ class UpstreamEngine:
         replicas = [
             {
                 "url": r.url,
-                "healthy": r.healthy,
-                "active": r.active,
-                "requests": r.requests,
-                "failures": r.failures,
+                "healthy": r.up(),
+                "active": r.load(),
+                "requests": r.total("requests"),
+                "failures": r.total("failures"),
                 "last_error": r.last_error or None,
             }
             for r in self.replicas
         ]
-        return {"healthy": any(r.healthy for r in self.replicas), "replicas": replicas}
+        return {"healthy": any(r.up() for r in self.replicas), "replicas": replicas}
 
     async def _health_loop(self) -> None:
         while True:
@@ -335,9 +317,15 @@ class UpstreamEngine:
                 await self.check_health()
             await asyncio.sleep(self._health_interval)
 
-    def metrics_collector(self) -> _ReplicaCollector:
+    def share_counts(self, cells: Sequence[SharedCells]) -> None:
+        """Count into ``cells``, one per replica in order, shared with the server's other worker processes."""
+        if len(cells) != len(self.replicas):
+            raise ValueError(f"{len(cells)} shared cells for {len(self.replicas)} replicas")
+        self.replicas = [SharedReplica(r.url, c) for r, c in zip(self.replicas, cells, strict=True)]
+
+    def metrics_collector(self) -> ReplicaCollector:
         """A Prometheus collector of the per-replica numbers (the server registers it on its registry)."""
-        return _ReplicaCollector(self.replicas)
+        return ReplicaCollector(self)
 
     async def aclose(self) -> None:
         if self._health_task is not None:
@@ -353,32 +341,3 @@ class UpstreamEngine:
 async def _drain(chunks: AsyncIterator[bytes]) -> None:
     async for _ in chunks:
         pass
-
-
-class _ReplicaCollector:
-    def __init__(self, replicas: list[Replica]) -> None:
-        self._replicas = replicas
-
-    def collect(self) -> Iterator[object]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        counters = {
-            "requests": "Requests sent to the replica",
-            "failures": "Requests or health checks that failed on the replica",
-            "retried_away": "Requests moved to another replica after failing here before a token",
-            "tokens": "Token ids relayed from the replica",
-            "cancelled": "Requests on the replica closed before it finished them (the client left, or a stop "
-            "string ended the reply)",
-        }
-        for name, doc in counters.items():
-            family = CounterMetricFamily(f"tokenrelay_upstream_{name}", doc, labels=["replica"])
-            for r in self._replicas:
-                family.add_metric([r.url], getattr(r, name))
-            yield family
-        active = GaugeMetricFamily("tokenrelay_upstream_active", "Requests in flight", labels=["replica"])
-        up = GaugeMetricFamily("tokenrelay_upstream_up", "1 if the replica is healthy", labels=["replica"])
-        for r in self._replicas:
-            active.add_metric([r.url], r.active)
-            up.add_metric([r.url], 1 if r.healthy else 0)
-        yield active
-        yield up
