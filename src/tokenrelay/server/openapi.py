@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokenrelay._schema_subset import UNENFORCEABLE
-
 from .generation import ENDPOINTS
 from .requests import MAX_STOPS, ROLES
+from .response_format import openapi_schemas
+from .tools import MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_CHARS, TOOL_CHOICES, TOOL_NAME
 
 __all__ = ["GENERATION_ERRORS", "describe"]
 
@@ -41,7 +41,6 @@ ERRORS: dict[str, JSON] = {
     "503": _error("The server is shutting down"),
 }
 GENERATION_ERRORS = ("400", "401", "404", "408", "413", "429", "503")
-_JSON_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 INT64 = {"minimum": -(2**63), "maximum": 2**63 - 1}
 # Parameters that would change the reply if honoured: the values that mean "off" are the only ones accepted.
 _OFF: dict[str, JSON] = {
@@ -53,13 +52,113 @@ _OFF: dict[str, JSON] = {
     "presence_penalty": {"enum": [None, 0]},
     "frequency_penalty": {"enum": [None, 0]},
     "logit_bias": {"anyOf": [{"type": "null"}, {"type": "object", "maxProperties": 0}]},
-    "tools": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
-    "tool_choice": {"enum": [None, "none", "auto"]},
     "functions": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
     "function_call": {"enum": [None, "none", "auto"]},
     "prediction": {"type": "null"},
     "modalities": {"anyOf": [{"type": "null"}, {"const": ["text"]}]},
     "audio": {"type": "null"},
+}
+
+
+# Legacy completions take no tools: they are refused unless off.
+_OFF_COMPLETIONS: dict[str, JSON] = {
+    "tools": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
+    "tool_choice": {"enum": [None, "none", "auto"]},
+    "parallel_tool_calls": {"type": ["boolean", "null"]},
+}
+
+
+def _tool_schemas(text: JSON) -> dict[str, JSON]:
+    return {
+        "FunctionDefinition": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "pattern": f"^{TOOL_NAME.pattern}$"},
+                "description": {"type": ["string", "null"]},
+                "parameters": {
+                    "type": ["object", "null"],
+                    "description": "the JSON Schema of the arguments object: the types of its keywords are "
+                    f"checked, at most {MAX_SCHEMA_DEPTH} levels deep (a 400 naming the field otherwise)",
+                },
+                "strict": {"type": ["boolean", "null"]},
+            },
+        },
+        "Tool": {
+            "type": "object",
+            "required": ["type", "function"],
+            "properties": {"type": {"const": "function"}, "function": _ref("FunctionDefinition")},
+        },
+        "ToolCall": {
+            "type": "object",
+            "required": ["id", "function"],
+            "properties": {
+                "id": {"type": "string"},
+                "type": {"const": "function"},
+                "function": {
+                    "type": "object",
+                    "required": ["name", "arguments"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "arguments": {"type": "string", "description": "JSON text"},
+                    },
+                },
+            },
+        },
+        "ToolMessage": {
+            "type": "object",
+            "description": "A tool's result; its tool_call_id must be the id of a call an earlier assistant "
+            "turn of the same request made (a 400 `unknown_tool_call` otherwise)",
+            "required": ["role", "tool_call_id"],
+            "properties": {
+                "role": {"const": "tool"},
+                "tool_call_id": {"type": "string"},
+                "content": {"anyOf": [{"type": "null"}, text, {"type": "array", "items": _ref("TextPart")}]},
+            },
+        },
+    }
+
+
+def _tools_fields() -> dict[str, JSON]:
+    return {
+        "tools": {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "array", "maxItems": MAX_TOOLS, "uniqueItems": True, "items": _ref("Tool")},
+            ],
+            "description": f"function tools, their names unique (a 400 `duplicate_tool_name` otherwise), at "
+            f"most {MAX_TOOLS_CHARS} characters of JSON in all",
+        },
+        "tool_choice": {
+            "anyOf": [
+                {"type": "null"},
+                {"enum": list(TOOL_CHOICES)},
+                {
+                    "type": "object",
+                    "required": ["type", "function"],
+                    "properties": {
+                        "type": {"const": "function"},
+                        "function": {
+                            "type": "object",
+                            "required": ["name"],
+                            "properties": {"name": {"type": "string"}},
+                        },
+                    },
+                    "description": "this function must be called: it must be one of `tools` (a 400 "
+                    "`unknown_tool` otherwise)",
+                },
+            ]
+        },
+        "parallel_tool_calls": {"type": ["boolean", "null"]},
+    }
+
+
+# "required" or a named function asks for a call: the request must offer tools.
+_CALL_NEEDS_TOOLS: JSON = {
+    "anyOf": [
+        {"properties": {"tool_choice": {"enum": [None, "none", "auto"]}}},
+        {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+    ]
 }
 
 
@@ -129,7 +228,7 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
                 },
             },
         },
-        **_response_format_schemas(),
+        **openapi_schemas(_ref),
         "TextPart": {
             "type": "object",
             "required": ["type", "text"],
@@ -139,18 +238,38 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
             "type": "object",
             "required": ["role"],
             "properties": {
-                "role": {"enum": list(ROLES)},
+                "role": {"enum": [r for r in ROLES if r != "tool"]},
                 "content": {"anyOf": [{"type": "null"}, text, {"type": "array", "items": _ref("TextPart")}]},
+                "tool_calls": {
+                    "anyOf": [{"type": "null"}, {"type": "array", "items": _ref("ToolCall")}],
+                    "description": "assistant turns only",
+                },
             },
+            # Only an assistant turn makes calls (written without if/then: a fuzzer cannot negate those).
+            "anyOf": [
+                {"properties": {"role": {"const": "assistant"}}},
+                {
+                    "properties": {
+                        "tool_calls": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}
+                    }
+                },
+            ],
         },
+        **_tool_schemas(text),
         "ChatCompletionRequest": {
             "type": "object",
             "required": ["messages"],
             "properties": {
-                "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
+                "messages": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"anyOf": [_ref("ChatMessage"), _ref("ToolMessage")]},
+                },
                 "max_completion_tokens": max_tokens,
                 **common,
+                **_tools_fields(),
             },
+            **_CALL_NEEDS_TOOLS,
         },
         "CompletionRequest": {
             "type": "object",
@@ -158,6 +277,7 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
             "properties": {
                 "prompt": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1, "items": text}]},
                 **common,
+                **_OFF_COMPLETIONS,
             },
         },
         "Completion": {
@@ -168,78 +288,6 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
                 "object": {"enum": ["chat.completion", "text_completion"]},
                 "choices": {"type": "array", "minItems": 1, "maxItems": 1},
                 "usage": {"type": "object"},
-            },
-        },
-    }
-
-
-def _response_format_schemas() -> dict[str, JSON]:
-    """``response_format`` (issue 20; ``response_format.py``): text, any JSON object, or a JSON Schema."""
-    # JSONSchema describes the supported subset's main keywords (a valid body is served); keywords no engine
-    # here can enforce are described as forbidden (a body using one is refused), others are allowed and
-    # ignored, as JSON Schema says of keywords it does not define.
-    count = {"type": "integer", "minimum": 0}
-    subschema = {"anyOf": [{"type": "boolean"}, _ref("JSONSchema")]}
-    return {
-        "ResponseFormat": {
-            "description": (
-                "`text` (no constraint), `json_object` (the reply is one JSON object) or `json_schema` (the "
-                "reply is one JSON value valid against `json_schema.schema`; always enforced, `strict` or "
-                "not). The replay engine does not constrain: it replays its text."
-            ),
-            "anyOf": [
-                {
-                    "type": "object",
-                    "required": ["type"],
-                    "properties": {
-                        "type": {"enum": ["text", "json_object"]},
-                        "json_schema": {"type": "null"},
-                    },
-                },
-                {
-                    "type": "object",
-                    "required": ["type", "json_schema"],
-                    "properties": {"type": {"const": "json_schema"}, "json_schema": _ref("JSONSchemaFormat")},
-                },
-            ],
-        },
-        "JSONSchemaFormat": {
-            "type": "object",
-            "required": ["name", "schema"],
-            "properties": {
-                "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                "description": {"type": ["string", "null"]},
-                "schema": _ref("JSONSchema"),
-                "strict": {"type": ["boolean", "null"]},
-            },
-        },
-        "JSONSchema": {
-            "type": "object",
-            "description": "A JSON Schema in the subset this server enforces (README: Structured output)",
-            "properties": {
-                "type": {
-                    "anyOf": [
-                        {"enum": list(_JSON_TYPES)},
-                        {
-                            "type": "array",
-                            "items": {"enum": list(_JSON_TYPES)},
-                            "minItems": 1,
-                            "uniqueItems": True,
-                        },
-                    ]
-                },
-                "properties": {"type": "object", "additionalProperties": subschema},
-                "required": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-                "additionalProperties": subschema,
-                "items": subschema,
-                "anyOf": {"type": "array", "minItems": 1, "items": subschema},
-                "minItems": count,
-                "maxItems": count,
-                "minLength": count,
-                "maxLength": count,
-                "description": {"type": "string"},
-                "title": {"type": "string"},
-                **{keyword: False for keyword in sorted(UNENFORCEABLE)},
             },
         },
     }
