@@ -27,7 +27,7 @@ LLAMA_SERVER_STAMP := $(dir $(LLAMA_SERVER)).built-$(notdir $(LLAMA_WHEELS))
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
 	cmake
 
-.PHONY: install test lint check bench bench-json bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+.PHONY: install test lint check bench bench-json bench-structured bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -123,6 +123,11 @@ llama-server: $(LLAMA_SERVER_STAMP)
 
 bench-engine: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python benchmarks/engine_concurrency.py --llama-server $(LLAMA_SERVER)
+
+# response_format on the embedded engine: tokens/s with and without a JSON schema at 1 and 8 streams, and
+# llguidance's mask against llama.cpp's grammar sampler (compile time, cost per token).
+bench-structured: install
+	$(BIN)/python benchmarks/structured.py --mechanisms
 
 # tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
 bench-upstream: install $(LLAMA_SERVER_STAMP)

@@ -210,7 +210,7 @@ async def test_an_unconstrained_engine_builds_nothing_for_json() -> None:
     eng = LlamaCppEngine.load(n_ctx=256, n_parallel=1)
     try:
         await reply(eng, user("Hi"), SamplingParams(max_tokens=4, temperature=0.0))
-        assert eng._grammars is None  # no llguidance tokenizer, no grammar: a plain request pays nothing
+        assert not eng._grammars.ready  # no llguidance tokenizer, no grammar: a plain request pays nothing
     finally:
         await eng.aclose()
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +40,15 @@ from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, To
 from tokenrelay._openai_reader import error_from_body
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._sse import SSEParser
-from tokenrelay.engines._upstream_wire import PROTOCOLS, Protocol, reader_for, request
+from tokenrelay.engines._upstream_wire import (
+    LLAMACPP_MAX_ENUM_VALUES,
+    PROTOCOLS,
+    Protocol,
+    enum_values,
+    openai_response_format,
+    reader_for,
+    request,
+)
 from tokenrelay.engines.base import (
     EngineFinished,
     JSONConstraint,
@@ -79,23 +86,12 @@ class Replica:
 
 
 def response_format(constraint: JSONConstraint | None) -> dict[str, Any] | None:
-    """The OpenAI ``response_format`` for ``constraint`` (the request's own, rebuilt from what was checked)."""
+    """The OpenAI ``response_format`` for ``constraint`` (rebuilt from what the front checked)."""
     if constraint is None:
         return None
-    if constraint.schema is None:
-        return {"type": "json_object"}
-    spec: dict[str, Any] = {"name": constraint.name or "response", "schema": json.loads(constraint.schema)}
-    if constraint.description is not None:
-        spec["description"] = constraint.description
-    if constraint.strict is not None:
-        spec["strict"] = constraint.strict
-    return {"type": "json_schema", "json_schema": spec}
-
-
-# llama.cpp's server turns a schema into a GBNF grammar whose sampler checks every token against every
-# alternative: a 20,000-value enum took it 477 s to answer on this project's VM. Past this many enum values
-# in one schema the front refuses the request rather than hand a replica hours of work (OpenAI's own limit).
-LLAMACPP_MAX_ENUM_VALUES = 1000
+    return openai_response_format(
+        constraint.schema, constraint.name, constraint.description, constraint.strict
+    )
 
 
 class _Retry(Exception):
@@ -177,25 +173,14 @@ class UpstreamEngine:
         return self._tokenizer.encode(render_plain_chat(prompt))
 
     def check_constraint(self, constraint: JSONConstraint) -> None:
-        """Refuse what a replica of this protocol would take far too long over (see
-        ``LLAMACPP_MAX_ENUM_VALUES``); every replica enforces the schema itself, and refuses what it cannot."""
-        if self.protocol != "llamacpp" or constraint.schema is None:
-            return
-        values, todo = 0, [json.loads(constraint.schema)]
-        while todo:
-            node = todo.pop()
-            if isinstance(node, dict):
-                enum = node.get("enum")
-                values += len(enum) if isinstance(enum, list) else 0
-                todo.extend(v for k, v in node.items() if k not in ("enum", "const"))
-            elif isinstance(node, list):
-                todo.extend(node)
+        """Refuse what llama.cpp's server would take minutes over (``LLAMACPP_MAX_ENUM_VALUES``); each replica
+        enforces the schema itself and refuses what it cannot."""
+        values = enum_values(constraint.schema) if self.protocol == "llamacpp" and constraint.schema else 0
         if values > LLAMACPP_MAX_ENUM_VALUES:
             param = "response_format.json_schema.schema"
             raise InvalidRequestError(
-                f"{param}: the schema lists {values:,} enum values; llama.cpp's server (this front's "
-                f"replicas) is given at most {LLAMACPP_MAX_ENUM_VALUES:,}: its grammar sampler would take "
-                "minutes over each token",
+                f"{param}: the schema lists {values:,} enum values; llama.cpp's server (this front's replicas) "
+                f"is given at most {LLAMACPP_MAX_ENUM_VALUES:,}: its grammar sampler takes minutes over one",
                 param=param,
             )
 

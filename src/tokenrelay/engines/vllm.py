@@ -15,10 +15,11 @@ detokenizes against are the ones the model read.
 Cancellation: closing the generator (the client left) aborts the vLLM request at once.
 
 Structured output (issue 20): ``params.constraint`` becomes vLLM's ``StructuredOutputsParams`` (``json`` for a
-schema, ``json_object`` for any object); vLLM's "auto" backend picks xgrammar, or llguidance for what xgrammar
-cannot do. ``load`` turns vLLM's ``disable_any_whitespace`` on unless told otherwise (compact JSON, as the
-embedded engine writes it, so a small model cannot pad a reply with whitespace), and ``check_constraint`` runs
-vLLM's own request validation at the server's intake, so a schema vLLM refuses is a 400 before the stream.
+schema, ``json_object`` for any object). Unless ``structured_outputs_config`` is passed, ``load`` picks vLLM's
+``guidance`` backend (llguidance, the embedded engine's mechanism: the same subset of JSON Schema) with
+``disable_any_whitespace`` (compact JSON, as the embedded engine writes it, so a small model cannot pad a reply
+with whitespace; vLLM allows that flag only with a named backend, not "auto"). ``check_constraint`` runs vLLM's
+own request validation at the server's intake, so a schema vLLM refuses is a 400 before the stream.
 
 ``--model smollm2`` is an HF-format copy of the embedded SmolLM2-135M-Instruct GGUF, made once and cached
 (:func:`smollm2_hf_dir`); vLLM itself, torch and transformers come with ``pip install 'tokenrelay[vllm]'``.
@@ -140,7 +141,9 @@ class VLLMEngine:
             if "structured_outputs_config" not in options:
                 from vllm.config import StructuredOutputsConfig
 
-                options["structured_outputs_config"] = StructuredOutputsConfig(disable_any_whitespace=True)
+                options["structured_outputs_config"] = StructuredOutputsConfig(
+                    backend="guidance", disable_any_whitespace=True
+                )
             args = AsyncEngineArgs(model=path, served_model_name=[name], **options)
             llm = AsyncLLM.from_engine_args(args)
         except Exception as exc:  # vLLM raises many kinds at start-up; all are a bad setup here
