@@ -28,7 +28,7 @@ SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core 
 	cmake
 
 .PHONY: install test lint lint-ruff lint-format lint-mypy lint-prettier check format bench bench-json \
-	bench-workers bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+	bench-structured bench-workers bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -145,6 +145,11 @@ llama-server: $(LLAMA_SERVER_STAMP)
 
 bench-engine: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python benchmarks/engine_concurrency.py --llama-server $(LLAMA_SERVER)
+
+# response_format on the embedded engine: tokens/s with and without a JSON schema at 1 and 8 streams, and
+# llguidance's mask against llama.cpp's grammar sampler (compile time, cost per token).
+bench-structured: install
+	$(BIN)/python benchmarks/structured.py --mechanisms
 
 # tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
 bench-upstream: install $(LLAMA_SERVER_STAMP)

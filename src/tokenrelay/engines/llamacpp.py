@@ -28,6 +28,10 @@ lane starts where the token was made.
 Before the model is loaded in this process, ``llamacpp_check`` proves in a child process that this machine
 can run the build (a CPU that reports AMX but cannot execute it died with SIGILL on the first prompt).
 
+Structured output (issue 20): a request with ``params.constraint`` gets a token mask per step from
+``llguidance_json`` (which says why llguidance), compiled off the worker (``check_constraint`` at intake, or in
+``generate``); a request without one pays nothing.
+
 Chat prompts are rendered with the model's own template (GGUF ``tokenizer.chat_template``) through
 llama-cpp-python's ``Jinja2ChatFormatter`` (jinja2 is a dependency of llama-cpp-python).
 """
@@ -47,7 +51,7 @@ from typing import TYPE_CHECKING, cast
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK, Slot, plan_step
-from tokenrelay.engines.base import Prompt, SamplingParams, Step, TimedIds, timed_ids
+from tokenrelay.engines.base import JSONConstraint, Prompt, SamplingParams, Step, TimedIds, timed_ids
 from tokenrelay.engines.llamacpp_check import check_runnable, default_threads
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
     from llama_cpp.llama_types import ChatCompletionRequestMessage
 
     from tokenrelay.engines._llama_native import NativeModel, Sampler
+    from tokenrelay.engines.llguidance_json import JSONMask
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -92,6 +97,7 @@ class _Request:
     params: SamplingParams
     limit: int
     loop: asyncio.AbstractEventLoop
+    mask: JSONMask | None = None
     tokens: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     cancelled: bool = False
 
@@ -135,6 +141,9 @@ class LlamaCppEngine:
         self.max_batch_seen = 0
         """The most requests one step has carried (tests check that concurrent chats really share steps)."""
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        from tokenrelay.engines.llguidance_json import JSONGrammars  # cheap: llguidance loads on first use
+
+        self._grammars = JSONGrammars(native.vocab, native.n_vocab)
         self._closed = False
         self._worker = threading.Thread(target=self._run, name="tokenrelay-llama", daemon=True)
         self._worker.start()
@@ -279,7 +288,10 @@ class LlamaCppEngine:
                 f"prompt holds a token id outside the vocabulary (0..{self._native.n_vocab - 1})", param=param
             )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
-        request = _Request(list(prompt_ids), params, limit, loop)
+        mask = None
+        if params.constraint is not None:  # compiled (or copied from the cache) here, never on the worker
+            mask = await loop.run_in_executor(None, self._grammars.mask, params.constraint)
+        request = _Request(list(prompt_ids), params, limit, loop, mask)
         self._inbox.put(request)
         finished = False
         try:
@@ -296,6 +308,10 @@ class LlamaCppEngine:
             if not finished:
                 request.cancelled = True
                 self._inbox.put(None)  # wake the worker so the sequence is freed at the next step
+
+    def check_constraint(self, constraint: JSONConstraint) -> None:
+        """Compile ``constraint`` (blocking; the server's intake, off the loop): a 400 before the stream."""
+        self._grammars.check(constraint)
 
     async def wait_idle(self) -> None:
         """Return once the worker finished the step it was running and dropped every cancelled request."""
@@ -362,9 +378,8 @@ class LlamaCppEngine:
                 request = waiting.popleft()
                 params = request.params
                 slot = Slot(free.pop(), request.prompt_ids, request.limit, self._stop_ids)
-                running.append(
-                    _Running(request, slot, Sampler(params.temperature, params.top_p, params.seed))
-                )
+                sampler = Sampler(params.temperature, params.top_p, params.seed, request.mask)
+                running.append(_Running(request, slot, sampler))
             if running:
                 self._step(running, release)
             for barrier in barriers:
@@ -393,7 +408,11 @@ class LlamaCppEngine:
         self.max_batch_seen = max(self.max_batch_seen, len({e.seq for e in entries}))
         for row, slot in zip((r for r in rows if r >= 0), sampling, strict=True):
             run = by_slot[id(slot)]
-            token = native.sample(run.sampler, row)
+            try:  # a request whose JSON constraint failed (llguidance's limits) ends alone
+                token = native.sample(run.sampler, row)
+            except EngineError as exc:
+                release(run, exc)
+                continue
             slot.accept(token)
             if not run.request.cancelled:
                 run.request.deliver(timed_ids((token,), started, time.perf_counter()))
