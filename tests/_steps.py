@@ -12,6 +12,7 @@ from tokenrelay.engines.base import (
     PromptTokens,
     SamplingParams,
     Step,
+    Stranded,
     TextStep,
 )
 
@@ -26,7 +27,7 @@ def generate(engine: Engine, prompt: Prompt, params: SamplingParams) -> AsyncIte
 def ids(step: Step) -> Sequence[int]:
     """The token ids of ``step``; the test fails on a text or prompt-count step (only upstream relays yield
     those, or an engine's own finish)."""
-    assert not isinstance(step, (TextStep, PromptTokens, EngineFinished)), step
+    assert not isinstance(step, (TextStep, PromptTokens, EngineFinished, Stranded)), step
     return step
 
 

@@ -232,6 +232,13 @@ def test_stranded_bytes_replace_or_discard(builtin: dict[str, Tokenizer]) -> Non
     assert drop.feed(ids) + drop.finish() == tok.decode(ids).rstrip("\ufffd")
     with pytest.raises(ValueError, match="stranded"):
         Detokenizer(tok, stranded="keep")  # type: ignore[arg-type]
+    late = Detokenizer(tok, stranded="discard")  # a relay learns the rule from its upstream as the reply goes
+    text = late.feed(ids)
+    assert late.stranded == "discard"
+    late.stranded = "replace"
+    assert text + late.finish() == tok.decode(ids)
+    with pytest.raises(ValueError, match="stranded"):
+        late.stranded = "keep"  # type: ignore[assignment]
 
 
 def test_byte_fallback_run_is_held_until_it_ends(all_tokenizers: dict[str, Tokenizer]) -> None:

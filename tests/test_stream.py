@@ -6,6 +6,7 @@ import itertools
 import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -280,6 +281,21 @@ def test_max_tokens_is_length(tok: Tokenizer, max_tokens: int) -> None:
     deltas, final = drive(TextStream(tok, max_tokens=max_tokens), [ids[:3], ids[3:]])
     assert check_invariants(deltas, final, ids) == tok.decode(ids[:max_tokens])
     assert (final.reason, final.usage.completion_tokens) == ("length", max_tokens)
+
+
+def test_a_cut_character_ends_as_set_before_the_last_id() -> None:
+    tok = smollm2()
+    ids = tok.encode("Tea 🦙")[:-1]  # max_tokens cuts the llama after two of its three bytes
+    cases: list[tuple[Literal["replace", "discard"], str]] = [("replace", "\ufffd"), ("discard", "")]
+    for policy, end in cases:
+        stream = TextStream(
+            tok, max_tokens=len(ids), stranded="discard" if policy == "replace" else "replace"
+        )
+        events = stream.feed(ids[:-1])
+        stream.set_stranded(policy)  # an upstream's text said so, before the ids that end the reply
+        events += stream.feed(ids[-1:])
+        assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Tea " + end
+        assert isinstance(events[-1], Finished) and events[-1].reason == "length"
 
 
 def test_eos_on_the_last_allowed_token_is_stop_not_length() -> None:

@@ -295,3 +295,64 @@ def test_the_engines_package_declares_every_engine_and_imports_none() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
     with pytest.raises(ValueError, match="unknown engine"):
         engines.engine_class("nope")
+
+
+CUT_TEXT = "Tea \ufffd🦙 ok"  # a literal U+FFFD the model wrote, then an emoji of three byte tokens
+
+
+def close_all(sdks: dict[str, openai.OpenAI]) -> None:
+    for client in sdks.values():
+        client.close()
+
+
+def reply_text(
+    client: httpx.Client, sdks: dict[str, openai.OpenAI], url: str, max_tokens: int, *, stream: bool
+) -> str:
+    """The reply's text, whole (``message.content``) or joined from the stream as the official SDK reads it
+    (``sdks``: one SDK client per server, made once: each costs ~0.1 s)."""
+    body = {"messages": MESSAGES, "max_tokens": max_tokens}
+    if not stream:
+        reply = client.post(url + "/v1/chat/completions", json=body)
+        reply.raise_for_status()
+        return str(reply.json()["choices"][0]["message"]["content"])
+    if url not in sdks:
+        sdks[url] = sdk(url)
+    chunks = sdks[url].chat.completions.create(
+        model="replay", messages=MESSAGES, max_tokens=max_tokens, stream=True
+    )
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+@pytest.mark.parametrize("policy", ["replace", "discard"])
+def test_a_reply_cut_inside_a_character_ends_as_on_the_upstream_through_one_and_two_fronts(
+    policy: str,
+) -> None:
+    # "replace" is tokenrelay's own server (U+FFFD, as the tokenizer's decode); "discard" is vLLM's rule, set on
+    # the bottom server's engine. Every cut, streamed and not, must give the bottom's own text through any
+    # number of fronts, though each front decodes the ids itself.
+    app, bottom = replay_app(CUT_TEXT, rate=None)
+    bottom.stranded = policy
+    tok = load_tokenizer("smollm2")
+    ids = tok.encode(CUT_TEXT)
+    emoji = ids.index(tok.encode("🦙")[0])
+    with ExitStack() as stack:
+        upstream = stack.enter_context(serve(app))
+        one, _ = stack.enter_context(front([upstream]))
+        two, _ = stack.enter_context(front([one]))
+        client = stack.enter_context(httpx.Client())  # one client: a new one per request costs ~0.1 s
+        sdks: dict[str, openai.OpenAI] = {}
+        stack.callback(close_all, sdks)
+        for n in (emoji, emoji + 1, emoji + 2, emoji + 3, len(ids) + 1):  # around the emoji, and the whole
+            own = reply_text(client, sdks, upstream, n, stream=False)
+            assert reply_text(client, sdks, upstream, n, stream=True) == own
+            for url in (one, two):
+                assert reply_text(client, sdks, url, n, stream=True) == own, (n, url == two)
+                assert reply_text(client, sdks, url, n, stream=False) == own, (n, url == two)
+        # The cuts after the emoji's first and second byte: the model's own U+FFFD, then the stranded bytes'.
+        for n in (emoji + 1, emoji + 2):
+            expected = "Tea \ufffd\ufffd" if policy == "replace" else "Tea \ufffd"
+            assert (
+                reply_text(client, sdks, two, n, stream=True)
+                == reply_text(client, sdks, upstream, n, stream=False)
+                == expected
+            )

@@ -112,6 +112,18 @@ class Detokenizer:
                 self._feed_slow(prompt)
         self._update_state()
 
+    @property
+    def stranded(self) -> StrandedBytes:
+        """What ``finish()`` will do with stranded bytes; may be changed until then (a relay learns it from its
+        upstream's own text as the reply goes)."""
+        return self._stranded
+
+    @stranded.setter
+    def stranded(self, policy: StrandedBytes) -> None:
+        if policy not in ("replace", "discard"):
+            raise ValueError(f"stranded must be 'replace' or 'discard', not {policy!r}")
+        self._stranded = policy
+
     # -- set-up ------------------------------------------------------------------------------------------
 
     def _setup_table(self, table: ByteTable, skip: bool) -> None:

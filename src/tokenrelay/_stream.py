@@ -238,6 +238,11 @@ class TextStream:
         """Count the prompt as ``count`` tokens in ``usage`` (an upstream server said how long it really was)."""
         self._prompt_tokens = count
 
+    def set_stranded(self, policy: Literal["replace", "discard"]) -> None:
+        """End a reply cut inside a character with U+FFFD (``"replace"``) or without it (``"discard"``), as
+        the engine's own text does (an upstream server says which as the reply goes)."""
+        self._detok.stranded = policy
+
     def start(self, now: float) -> None:
         """Set the request start time, if it was not known when the stream was built."""
         self._started_at = now

@@ -54,6 +54,9 @@ class UpstreamChunk:
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     done: bool = False  # the stream said it is complete (``[DONE]`` or a final event)
+    # How the upstream's own text treats a character its reply is cut inside, as these ids show: "replace"
+    # when their text ends with U+FFFD, else "discard"; None when the chunk has no ids or no text to tell.
+    stranded: Literal["replace", "discard"] | None = None
 
 
 def request(
@@ -147,10 +150,10 @@ class OpenAITokenReader:
             raise ProtocolError(f"upstream choice is not an object: {choice!r:.200}")
         prompt_ids = choice.get("prompt_token_ids", prompt_ids)
         token_ids = choice.get("token_ids")
+        delta = choice.get("delta")
+        added = delta.get("content") if isinstance(delta, dict) else choice.get("text")
         if token_ids is None:
-            delta = choice.get("delta")
             # A chunk with no ids is fine only when it adds nothing (a role chunk, an empty finish chunk).
-            added = delta.get("content") if isinstance(delta, dict) else choice.get("text")
             if added:
                 raise ProtocolError(
                     "upstream sent text without token_ids: it does not honour return_token_ids "
@@ -158,11 +161,26 @@ class OpenAITokenReader:
                 )
             token_ids = []
         finish = choice.get("finish_reason")
+        ids = _ids(token_ids, "token_ids")
         return UpstreamChunk(
-            token_ids=_ids(token_ids, "token_ids"),
+            token_ids=ids,
             finish_reason=finish if isinstance(finish, str) else None,
             prompt_tokens=len(prompt_ids) if isinstance(prompt_ids, list) else None,
+            stranded=_stranded(ids, added),
         )
+
+
+def _stranded(ids: tuple[int, ...], text: object) -> Literal["replace", "discard"] | None:
+    """What a chunk's text says of the upstream's stranded bytes (see ``UpstreamChunk.stranded``).
+
+    A reply cut inside a character ends, on a server that replaces the stranded bytes (tokenrelay), with a
+    chunk whose text ends with U+FFFD and which carries the ids of that character; on one that drops them
+    (vLLM), the ids of the unfinished character arrive with no text. So the last chunk with ids tells: a
+    literal U+FFFD the model wrote, followed by a cut character, still ends in a chunk of ids without text.
+    """
+    if not ids:
+        return None
+    return "replace" if isinstance(text, str) and text.endswith("\ufffd") else "discard"
 
 
 class SGLangReader:

@@ -18,12 +18,22 @@ for nothing but what it must know locally. Both travel together so that every en
 
 An engine may set ``stranded = "discard"`` when its own server drops the bytes of a character left unfinished
 at the end of a reply (vLLM's detokenizer never emits them, so a reply cut by ``max_tokens`` inside an emoji
-ends before it); the default, ``"replace"``, ends it with U+FFFD as the tokenizer's full decode does.
+ends before it); the default, ``"replace"``, ends it with U+FFFD as the tokenizer's full decode does. An engine
+that learns it per reply (a relay reads its upstream's text) yields :class:`Stranded` instead.
 
 Step times (issue 13): an engine that knows when a step was computed yields it as :class:`TimedIds`, the ids
 with the step's start and end on ``time.perf_counter`` (the clock ``stream_events`` and the server use); the
 embedded llama.cpp engine times each ``llama_decode`` so, the replay engine its release. Any other step is
 timed by its arrival in ``stream_events``, marked as not measured.
+
+Structured output (issue 20): ``params.constraint`` is a :class:`JSONConstraint` when the request asked for
+JSON (``response_format``), already checked against the subset of JSON Schema tokenrelay can enforce
+(``_schema_subset``). An engine that enforces it constrains every sampled token (the llama.cpp engine with
+llguidance masks, vLLM with its structured outputs, an upstream replica with its own); an engine that can
+refuse a schema before anything runs offers ``check_constraint(constraint)``, which raises
+``InvalidRequestError`` and which the server calls at intake, off the event loop, so a schema it cannot
+compile is a 400, never an error inside a stream. The replay engine ignores the constraint: it replays its
+text, JSON or not.
 
 An engine also stops by itself after ``params.max_tokens`` ids and after yielding an end-of-sequence id (one
 of ``stop_token_ids``); ``TextStream`` does the same bookkeeping, so the two never disagree about where a
@@ -39,7 +49,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from tokenrelay._errors import EngineError, InvalidRequestError, TokenRelayError
 from tokenrelay._protocols import Tokenizer
@@ -49,10 +59,12 @@ __all__ = [
     "ChatMessage",
     "Engine",
     "EngineFinished",
+    "JSONConstraint",
     "Prompt",
     "PromptTokens",
     "SamplingParams",
     "Step",
+    "Stranded",
     "TextStep",
     "TimedIds",
     "render_plain_chat",
@@ -96,6 +108,16 @@ class EngineFinished:
     reason: FinishReason
 
 
+@dataclass(frozen=True)
+class Stranded:
+    """How the engine's own text ends a reply cut inside a character, from now on: ``"replace"`` (with
+    U+FFFD, as tokenrelay's server and the tokenizer's full decode) or ``"discard"`` (as vLLM). An upstream
+    engine yields it when its server's text shows which, before the ids it read that from, so a relay ends
+    every reply as its upstream did; without it, the engine's ``stranded`` attribute holds."""
+
+    policy: Literal["replace", "discard"]
+
+
 class TimedIds(tuple[int, ...]):
     """The ids of one step and when the engine computed it: ``started`` and ``ended`` are
     ``time.perf_counter()`` seconds. A tuple, so every consumer of plain id steps reads it unchanged. Make
@@ -115,9 +137,9 @@ def timed_ids(ids: Iterable[int], started: float, ended: float) -> TimedIds:
     return step
 
 
-Step: TypeAlias = Sequence[int] | TextStep | PromptTokens | EngineFinished
-"""The token ids one engine iteration produced (or, rarely, a ``TextStep``, ``PromptTokens`` or
-``EngineFinished``)."""
+Step: TypeAlias = Sequence[int] | TextStep | PromptTokens | EngineFinished | Stranded
+"""The token ids one engine iteration produced (or, rarely, a ``TextStep``, ``PromptTokens``,
+``EngineFinished`` or ``Stranded``)."""
 
 
 # Prompts up to this many ids prime a detokenizer in well under a millisecond.
@@ -125,13 +147,28 @@ _INLINE_PROMPT_IDS = 512
 
 
 @dataclass(frozen=True)
+class JSONConstraint:
+    """The reply must be one JSON value: any JSON object (``schema is None``: ``{"type": "json_object"}``) or
+    one valid against ``schema``, a JSON Schema as compact JSON text (its property order kept: engines generate
+    properties in that order). ``name``, ``description`` and ``strict`` are the request's, passed on to
+    upstream servers as given. Hashable, so engines can cache what they compile from it."""
+
+    schema: str | None = None
+    name: str | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
+    """How to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable; ``constraint``, when
+    set, is the JSON the reply must be (see the module docstring)."""
 
     max_tokens: int | None = 256
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    constraint: JSONConstraint | None = None
 
     def __post_init__(self) -> None:
         # The OpenAI API's own bounds, so a bad request is a 400 naming the field, not an engine crash.
@@ -255,6 +292,9 @@ async def stream_events(
                 continue
             elif isinstance(step, EngineFinished):
                 end_reason = step.reason
+                continue
+            elif isinstance(step, Stranded):
+                stream.set_stranded(step.policy)
                 continue
             else:
                 if timeline is not None:

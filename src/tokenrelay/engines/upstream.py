@@ -45,6 +45,7 @@ from tokenrelay.engines.base import (
     PromptTokens,
     SamplingParams,
     Step,
+    Stranded,
     TextStep,
     render_plain_chat,
 )
@@ -127,7 +128,9 @@ class UpstreamEngine:
         self._health_task: asyncio.Task[None] | None = None
         self._turn = itertools.count()
         self._checked = False  # whether health() has probed the replicas yet
-        # vLLM, SGLang and TGI never emit the bytes of a character a reply was cut inside; nor, by default, do we.
+        # vLLM, SGLang and TGI never emit the bytes of a character a reply was cut inside; nor, by default, do
+        # we. An OpenAI-protocol replica's text says what it does (tokenrelay's ends such a reply with U+FFFD),
+        # and each reply ends as that text did (``_upstream_wire._stranded``).
         self.stranded = stranded
 
     # -- the Engine protocol ----------------------------------------------------------------------------
@@ -209,6 +212,7 @@ class UpstreamEngine:
         first = True
         prompt_told = False
         ended = False  # the upstream said the reply is over (a finish reason or [DONE])
+        stranded = self.stranded  # as the upstream's text ends a reply cut inside a character, so far
         try:
             async with client.stream(
                 "POST", replica.url + path, json=body, headers=self._headers
@@ -243,6 +247,9 @@ class UpstreamEngine:
                                     yield TextStep(chunk.text, chunk.tokens)
                                 else:
                                     replica.tokens += len(chunk.token_ids)
+                                    if chunk.stranded is not None and chunk.stranded != stranded:
+                                        stranded = chunk.stranded  # before the ids it was read from
+                                        yield Stranded(stranded)
                                     yield chunk.token_ids
                             if chunk.finish_reason == "length":
                                 # The replica cut the reply (its context is full, or its own limit): a
