@@ -3,7 +3,9 @@
 Three rules of a chat request relate one field to another, which a JSON Schema cannot state: tool names are
 unique, a named ``tool_choice`` names one of the request's tools, and a ``tool`` turn answers a call an earlier
 turn made. A generated body that breaks one is schema-valid and still refused, with a 400 whose ``code`` names
-the rule: only those refusals are not counted as failures.
+the rule: only those refusals are not counted as failures. One more: a ``response_format`` schema using a
+keyword no engine here enforces (``not``, ``if``, ...) is refused (``unsupported_schema_keyword``); the OpenAPI
+document names those keywords in prose, since schemathesis cannot negate a ``false`` schema below the root.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Any
 import schemathesis
 from schemathesis.openapi.checks import RejectedPositiveData
 
-CROSS_FIELD_RULES = frozenset({"duplicate_tool_name", "unknown_tool", "unknown_tool_call"})
+CROSS_FIELD_RULES = frozenset(
+    {"duplicate_tool_name", "unknown_tool", "unknown_tool_call", "unsupported_schema_keyword"}
+)
 
 
 @schemathesis.hook

@@ -173,6 +173,7 @@ def _check_keywords(root: object, node: dict[str, Any], path: tuple[str, ...], p
                 "required, additionalProperties, items, prefixItems, min/maxItems, min/maxLength, pattern, "
                 "format, minimum, maximum and their exclusive forms, multipleOf",
                 param=_dotted(param, (*path, key)),
+                code="unsupported_schema_keyword",
             )
     ref = node.get("$ref")
     if ref is not None:

@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokenrelay._schema_subset import UNENFORCEABLE
-
 from .generation import ENDPOINTS
 from .requests import MAX_STOPS, ROLES
+<<<<<<< HEAD
 from .tools import CALL_NEEDS_TOOLS, tool_fields, tool_schemas
+=======
+from .response_format import openapi_schemas
+from .tools import MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_CHARS, TOOL_CHOICES, TOOL_NAME
+>>>>>>> main
 
 __all__ = ["GENERATION_ERRORS", "describe"]
 
@@ -42,7 +45,6 @@ ERRORS: dict[str, JSON] = {
     "503": _error("The server is shutting down"),
 }
 GENERATION_ERRORS = ("400", "401", "404", "408", "413", "429", "503")
-_JSON_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 INT64 = {"minimum": -(2**63), "maximum": 2**63 - 1}
 # Parameters that would change the reply if honoured: the values that mean "off" are the only ones accepted.
 _OFF: dict[str, JSON] = {
@@ -135,7 +137,7 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
                 },
             },
         },
-        **_response_format_schemas(),
+        **openapi_schemas(_ref),
         "TextPart": {
             "type": "object",
             "required": ["type", "text"],
@@ -195,78 +197,6 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
                 "object": {"enum": ["chat.completion", "text_completion"]},
                 "choices": {"type": "array", "minItems": 1, "maxItems": 1},
                 "usage": {"type": "object"},
-            },
-        },
-    }
-
-
-def _response_format_schemas() -> dict[str, JSON]:
-    """``response_format`` (issue 20; ``response_format.py``): text, any JSON object, or a JSON Schema."""
-    # JSONSchema describes the supported subset's main keywords (a valid body is served); keywords no engine
-    # here can enforce are described as forbidden (a body using one is refused), others are allowed and
-    # ignored, as JSON Schema says of keywords it does not define.
-    count = {"type": "integer", "minimum": 0}
-    subschema = {"anyOf": [{"type": "boolean"}, _ref("JSONSchema")]}
-    return {
-        "ResponseFormat": {
-            "description": (
-                "`text` (no constraint), `json_object` (the reply is one JSON object) or `json_schema` (the "
-                "reply is one JSON value valid against `json_schema.schema`; always enforced, `strict` or "
-                "not). The replay engine does not constrain: it replays its text."
-            ),
-            "anyOf": [
-                {
-                    "type": "object",
-                    "required": ["type"],
-                    "properties": {
-                        "type": {"enum": ["text", "json_object"]},
-                        "json_schema": {"type": "null"},
-                    },
-                },
-                {
-                    "type": "object",
-                    "required": ["type", "json_schema"],
-                    "properties": {"type": {"const": "json_schema"}, "json_schema": _ref("JSONSchemaFormat")},
-                },
-            ],
-        },
-        "JSONSchemaFormat": {
-            "type": "object",
-            "required": ["name", "schema"],
-            "properties": {
-                "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                "description": {"type": ["string", "null"]},
-                "schema": _ref("JSONSchema"),
-                "strict": {"type": ["boolean", "null"]},
-            },
-        },
-        "JSONSchema": {
-            "type": "object",
-            "description": "A JSON Schema in the subset this server enforces (README: Structured output)",
-            "properties": {
-                "type": {
-                    "anyOf": [
-                        {"enum": list(_JSON_TYPES)},
-                        {
-                            "type": "array",
-                            "items": {"enum": list(_JSON_TYPES)},
-                            "minItems": 1,
-                            "uniqueItems": True,
-                        },
-                    ]
-                },
-                "properties": {"type": "object", "additionalProperties": subschema},
-                "required": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-                "additionalProperties": subschema,
-                "items": subschema,
-                "anyOf": {"type": "array", "minItems": 1, "items": subschema},
-                "minItems": count,
-                "maxItems": count,
-                "minLength": count,
-                "maxLength": count,
-                "description": {"type": "string"},
-                "title": {"type": "string"},
-                **{keyword: False for keyword in sorted(UNENFORCEABLE)},
             },
         },
     }

@@ -138,9 +138,7 @@ class Generation:
     include_usage: bool
     return_token_ids: bool = False
     step_times: bool = False
-    tools: ToolRequest | None = (
-        None  # chat requests whose reply may call tools (tool_choice other than "none")
-    )
+    tools: ToolRequest | None = None  # chat requests whose reply may call tools (tool_choice not "none")
 
 
 def _loads(body: bytes) -> dict[str, Any]:

@@ -25,15 +25,26 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tokenrelay._errors import InvalidRequestError
-from tokenrelay._schema_subset import SchemaLimits, check_bounds, check_subset
+from tokenrelay._schema_subset import UNENFORCEABLE, SchemaLimits, check_bounds, check_subset
 from tokenrelay.engines.base import JSONConstraint
 
-__all__ = ["DIALECTS", "JSONSchemaFormat", "ResponseFormat", "check_dialect", "constraint_from"]
+__all__ = [
+    "DIALECTS",
+    "JSON_TYPES",
+    "JSONSchemaFormat",
+    "ResponseFormat",
+    "check_dialect",
+    "constraint_from",
+    "openapi_schemas",
+]
+
+JSON_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 
 _STRICT = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, populate_by_name=True)
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -129,3 +140,78 @@ def check_dialect(schema: dict[str, Any] | bool, param: str) -> None:
         raise InvalidRequestError(f"{where}: not a valid JSON Schema: {detail}", param=where) from exc
     except jsonschema_rs.ReferencingError as exc:  # not expected once the dialect is known; never a 500
         raise InvalidRequestError(f"{param}: not a valid JSON Schema: {exc}", param=param) from exc
+
+
+def openapi_schemas(ref: Callable[[str], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The OpenAPI schemas of ``response_format`` (``server/openapi.py`` adds them to the document; ``ref``
+    makes a reference to one of them by name)."""
+    # JSONSchema describes the supported subset's main keywords (a valid body is served). The keywords no
+    # engine here can enforce (UNENFORCEABLE, refused with a 400) are named in its description rather than
+    # written as `false` schemas: schemathesis cannot negate a `not` below the document root.
+    count = {"type": "integer", "minimum": 0}
+    subschema = {"anyOf": [{"type": "boolean"}, ref("JSONSchema")]}
+    return {
+        "ResponseFormat": {
+            "description": (
+                "`text` (no constraint), `json_object` (the reply is one JSON object) or `json_schema` (the "
+                "reply is one JSON value valid against `json_schema.schema`; always enforced, `strict` or "
+                "not). The replay engine does not constrain: it replays its text."
+            ),
+            "anyOf": [
+                {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {
+                        "type": {"enum": ["text", "json_object"]},
+                        "json_schema": {"type": "null"},
+                    },
+                },
+                {
+                    "type": "object",
+                    "required": ["type", "json_schema"],
+                    "properties": {"type": {"const": "json_schema"}, "json_schema": ref("JSONSchemaFormat")},
+                },
+            ],
+        },
+        "JSONSchemaFormat": {
+            "type": "object",
+            "required": ["name", "schema"],
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                "description": {"type": ["string", "null"]},
+                "schema": ref("JSONSchema"),
+                "strict": {"type": ["boolean", "null"]},
+            },
+        },
+        "JSONSchema": {
+            "type": "object",
+            "description": (
+                "A JSON Schema in the subset this server enforces (README: Structured output); refused: "
+                + ", ".join(f"`{keyword}`" for keyword in sorted(UNENFORCEABLE))
+            ),
+            "properties": {
+                "type": {
+                    "anyOf": [
+                        {"enum": list(JSON_TYPES)},
+                        {
+                            "type": "array",
+                            "items": {"enum": list(JSON_TYPES)},
+                            "minItems": 1,
+                            "uniqueItems": True,
+                        },
+                    ]
+                },
+                "properties": {"type": "object", "additionalProperties": subschema},
+                "required": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+                "additionalProperties": subschema,
+                "items": subschema,
+                "anyOf": {"type": "array", "minItems": 1, "items": subschema},
+                "minItems": count,
+                "maxItems": count,
+                "minLength": count,
+                "maxLength": count,
+                "description": {"type": "string"},
+                "title": {"type": "string"},
+            },
+        },
+    }
