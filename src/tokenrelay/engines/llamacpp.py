@@ -37,17 +37,10 @@ lane starts where the token was made.
 Before the model is loaded in this process, ``llamacpp_check`` proves in a child process that this machine
 can run the build (a CPU that reports AMX but cannot execute it died with SIGILL on the first prompt).
 
-<<<<<<< HEAD
-Structured output (issue 20): a request whose ``params.constraint`` asks for JSON gets a token mask per step
-from ``llguidance_json`` (which says why llguidance), applied to its own row of logits before its sampler
-runs; the grammar is compiled off the worker (``check_constraint`` at the server's intake, or in
-``generate``), so the decode loop never waits for a compile, and a request without one pays nothing. Tool
-calls (issue 21) are constrained the same way, from ``params.grammar``.
-=======
 Structured output (issue 20): a request with ``params.constraint`` gets a token mask per step from
 ``llguidance_json`` (which says why llguidance), compiled off the worker (``check_constraint`` at intake, or in
-``generate``); a request without one pays nothing.
->>>>>>> main
+``generate``); a request without one pays nothing. Tool calls (issue 21)
+are constrained the same way, from ``params.grammar``.
 
 Chat prompts are rendered with the model's own template (GGUF ``tokenizer.chat_template``) through
 llama-cpp-python's ``Jinja2ChatFormatter`` (jinja2 is a dependency of llama-cpp-python).
@@ -329,14 +322,9 @@ class LlamaCppEngine:
             )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
         mask = None
-<<<<<<< HEAD
         constraint = params.constraint or params.grammar  # a grammar: tool calls (issue 21)
         if constraint is not None:  # compiled (or copied from the cache) here, never on the worker
-            mask = await loop.run_in_executor(None, self._json_grammars().mask, constraint)
-=======
-        if params.constraint is not None:  # compiled (or copied from the cache) here, never on the worker
-            mask = await loop.run_in_executor(None, self._grammars.mask, params.constraint)
->>>>>>> main
+            mask = await loop.run_in_executor(None, self._grammars.mask, constraint)
         request = _Request(list(prompt_ids), params, limit, loop, mask)
         self._inbox.put(request)
         finished = False
@@ -355,16 +343,10 @@ class LlamaCppEngine:
                 request.cancelled = True
                 self._inbox.put(None)  # wake the worker so the sequence is freed at the next step
 
-<<<<<<< HEAD
     def check_constraint(self, constraint: JSONConstraint | str) -> None:
-        """Compile ``constraint`` now (blocking: call it off the event loop); ``InvalidRequestError`` if this
-        engine cannot enforce it. The server's intake calls it, so the request's 400 comes before its stream."""
-        self._json_grammars().check(constraint)
-=======
-    def check_constraint(self, constraint: JSONConstraint) -> None:
-        """Compile ``constraint`` (blocking; the server's intake, off the loop): a 400 before the stream."""
+        """Compile ``constraint`` (blocking; the server's intake, off the loop): a 400 before the stream. A
+        ``str`` is ``params.grammar`` (tool calls)."""
         self._grammars.check(constraint)
->>>>>>> main
 
     def metrics_collector(self) -> _PromptTokensCollector:
         """A Prometheus collector of the prompt tokens read and reused (the server registers it)."""

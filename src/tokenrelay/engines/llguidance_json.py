@@ -95,19 +95,14 @@ class JSONGrammars:
         # Keyed by the constraint, or by a grammar's text (``SamplingParams.grammar``: tool calls, issue 21).
         self._cache: OrderedDict[JSONConstraint | str, Any] = OrderedDict()
 
-<<<<<<< HEAD
-    def check(self, constraint: JSONConstraint | str) -> None:
-        """Compile ``constraint`` (or find it compiled); ``InvalidRequestError`` if llguidance refuses it. A
-        ``str`` is a grammar in llguidance's Lark dialect (``SamplingParams.grammar``: tool calls)."""
-=======
     @property
     def ready(self) -> bool:
         """Whether the llguidance tokenizer was built (a constraint was compiled)."""
         return self._tokenizer is not None
 
-    def check(self, constraint: JSONConstraint) -> None:
-        """Compile ``constraint`` (or find it compiled); ``InvalidRequestError`` if llguidance refuses it."""
->>>>>>> main
+    def check(self, constraint: JSONConstraint | str) -> None:
+        """Compile ``constraint`` (or find it compiled); ``InvalidRequestError`` if llguidance refuses it. A
+        ``str`` is a grammar in llguidance's Lark dialect (``SamplingParams.grammar``: tool calls)."""
         self._template(constraint)
 
     def mask(self, constraint: JSONConstraint | str) -> JSONMask:

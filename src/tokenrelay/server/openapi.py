@@ -15,12 +15,8 @@ from typing import Any
 
 from .generation import ENDPOINTS
 from .requests import MAX_STOPS, ROLES
-<<<<<<< HEAD
-from .tools import CALL_NEEDS_TOOLS, tool_fields, tool_schemas
-=======
 from .response_format import openapi_schemas
-from .tools import MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_CHARS, TOOL_CHOICES, TOOL_NAME
->>>>>>> main
+from .tools import CALL_NEEDS_TOOLS, tool_fields, tool_schemas
 
 __all__ = ["GENERATION_ERRORS", "describe"]
 
