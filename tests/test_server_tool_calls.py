@@ -230,3 +230,54 @@ def test_the_sdks_history_of_a_call_and_its_result_is_accepted(sdk: openai.OpenA
     assert (
         again.choices[0].finish_reason == "tool_calls"
     )  # the replay engine replays; the turns were accepted
+
+
+# -- through an upstream front ----------------------------------------------------------------------------------
+
+
+def test_a_front_extracts_the_calls_from_its_replicas_ids() -> None:
+    from tokenrelay.engines.upstream import UpstreamEngine
+    from tokenrelay.server import ServerConfig, create_app
+
+    with serve_relay(replay_app(REPLY, rate=None)[0]) as replica:
+        engine = UpstreamEngine([replica], load_tokenizer("smollm2"), model="replay", health_interval=0)
+        with serve_relay(create_app(engine, ServerConfig())) as front:
+            client = openai.OpenAI(base_url=front + "/v1", api_key="x", max_retries=0)
+            whole = client.chat.completions.create(
+                model="replay", messages=cast(Any, MESSAGES), tools=cast(Any, [WEATHER, TIME])
+            )
+            stream = client.chat.completions.create(
+                model="replay", messages=cast(Any, MESSAGES), tools=cast(Any, [WEATHER, TIME]), stream=True
+            )
+            streamed: dict[int, list[str]] = {}
+            for chunk in stream:
+                for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                    streamed.setdefault(call.index, []).append(call.function.arguments or "")  # type: ignore[union-attr]
+    calls = [c.model_dump() for c in whole.choices[0].message.tool_calls or []]
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("get_weather", ARGUMENTS),
+        ("get_time", "{}"),
+    ]
+    assert ["".join(v) for _, v in sorted(streamed.items())] == [ARGUMENTS, "{}"]
+
+
+def test_a_replica_gets_the_generic_formats_turns() -> None:
+    from tokenrelay.engines.upstream import UpstreamEngine
+    from tokenrelay.server import ServerConfig, create_app
+
+    # A replay replica without a text replays its prompt: what the front sent it comes back as the reply.
+    with serve_relay(replay_app(None, rate=None)[0]) as replica:
+        engine = UpstreamEngine([replica], load_tokenizer("smollm2"), model="replay", health_interval=0)
+        with serve_relay(create_app(engine, ServerConfig(default_max_tokens=2000))) as front:
+            client = openai.OpenAI(base_url=front + "/v1", api_key="x", max_retries=0)
+            offered = client.chat.completions.create(
+                model="replay", messages=cast(Any, MESSAGES), tools=cast(Any, [WEATHER])
+            )
+            none = client.chat.completions.create(
+                model="replay", messages=cast(Any, MESSAGES), tools=cast(Any, [WEATHER]), tool_choice="none"
+            )
+    # The tools described in the system turn (its example call, replayed, comes back as a call)...
+    text = offered.choices[0].message.content or ""
+    assert text.startswith("system: You can call functions") and '<tools>\n{"name": "get_weather"' in text
+    # ...and with tool_choice none the history is rendered, the tools are not offered.
+    assert (none.choices[0].message.content or "").startswith("user: Weather and time in Tokyo?")

@@ -152,8 +152,9 @@ def describe_tools(tools: ToolRequest) -> str:
         "<tools>",
         *(json.dumps(t.to_openai()["function"], ensure_ascii=False) for t in offered),
         "</tools>",
-        "To call a function, answer with its name and arguments as one JSON object between <tool_call> and "
-        "</tool_call>, like this:",
+        # The markers only in the example: prose that names them would read as a (broken) call if echoed.
+        "To call a function, answer with its name and arguments as one JSON object in a tool_call block, "
+        "like this:",
         "<tool_call>",
         json.dumps({"name": offered[0].name, "arguments": {}}, ensure_ascii=False),
         "</tool_call>",
