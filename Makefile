@@ -27,7 +27,7 @@ LLAMA_SERVER_STAMP := $(dir $(LLAMA_SERVER)).built-$(notdir $(LLAMA_WHEELS))
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
 	cmake
 
-.PHONY: install test lint check bench bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+.PHONY: install test lint check bench bench-engine bench-upstream bench-front llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -120,6 +120,11 @@ bench-engine: install $(LLAMA_SERVER_STAMP)
 # tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
 bench-upstream: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python benchmarks/scale_out.py --backend llama-server --llama-server $(LLAMA_SERVER)
+
+# The relay front vs LiteLLM's proxy and vllm-router (installed into .venv-bench-front by the benchmark itself),
+# over a replay upstream; benchmarks/front.py --upstream URL runs the same against any OpenAI server (vLLM on a GPU).
+bench-front: install
+	$(BIN)/python benchmarks/front.py
 
 serve: $(STAMP) $(NODE_STAMP)
 	$(BIN)/tokenrelay serve
