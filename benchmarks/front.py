@@ -46,6 +46,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -69,7 +70,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from tokenrelay._sse import SSEParser  # noqa: E402
 from tokenrelay._stream import percentile  # noqa: E402  (the project's one percentile definition)
 
-FRONTS = ("none", "tokenrelay", "tokenrelay-2w", "litellm", "vllm-router")
+FRONTS = ("none", "tokenrelay", "tokenrelay-2w", "litellm", "vllm-router")  # and tokenrelay@REF (--baseline)
 SIDE_VENV = ROOT / ".venv-bench-front"
 # Pinned: the versions the figures in benchmarks/README.md were measured with.
 SIDE_PACKAGES = ["litellm[proxy]==1.106.12", "vllm-router==0.1.17", "py-spy==0.4.3"]
@@ -112,20 +113,28 @@ def side_venv() -> Path:
 
 def tree_cpu(pid: int) -> float:
     """User + system CPU seconds of a process and all its live descendants (Linux /proc)."""
+    user, system = tree_times(pid)
+    return user + system
+
+
+def tree_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process and all its live descendants (Linux /proc)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError, IndexError, ValueError):
                 ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
                 children.setdefault(ppid, []).append(int(entry.name))
-    total, todo, ticks = 0.0, [pid], os.sysconf("SC_CLK_TCK")
+    user = system = 0.0
+    todo, ticks = [pid], os.sysconf("SC_CLK_TCK")
     while todo:
         p = todo.pop()
         with contextlib.suppress(OSError, IndexError, ValueError):
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
+            user += int(fields[11]) / ticks
+            system += int(fields[12]) / ticks
         todo.extend(children.get(p, ()))
-    return total
+    return user, system
 
 
 @dataclass
@@ -136,8 +145,21 @@ class Server:
     model: str
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+def _env(src: Path = ROOT / "src") -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(src)}
+
+
+#: ``--baseline REF``: the source tree of that commit, for a ``tokenrelay@REF`` front beside this one.
+BASELINES: dict[str, Path] = {}
+
+
+def baseline_src(ref: str, into: Path) -> Path:
+    """``src/`` of commit ``ref`` (``git archive``, the repository untouched)."""
+    out = into / f"baseline-{ref.replace('/', '_')}"
+    out.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out / "src"
 
 
 def wait_ready(server: Server, log: Path, timeout: float = 180.0) -> None:
@@ -155,11 +177,13 @@ def wait_ready(server: Server, log: Path, timeout: float = 180.0) -> None:
         time.sleep(0.5)
 
 
-def launch(name: str, command: list[str], port: int, model: str, logs: Path) -> Server:
+def launch(
+    name: str, command: list[str], port: int, model: str, logs: Path, src: Path = ROOT / "src"
+) -> Server:
     log = logs / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+            command, stdout=out, stderr=subprocess.STDOUT, env=_env(src), start_new_session=True
         )
     server = Server(name, f"http://127.0.0.1:{port}", proc, model)
     wait_ready(server, log)
@@ -208,7 +232,8 @@ def start_front(name: str, upstream: Server, tokenizer: str, logs: Path) -> Serv
         command += ["--max-active", "8192", "--max-queued", "8192"]
         if name == "tokenrelay-2w":
             command += ["--workers", "2"]
-        return launch(name, command, port, upstream.model, logs)
+        ref = name.partition("@")[2]
+        return launch(name, command, port, upstream.model, logs, BASELINES[ref] if ref else ROOT / "src")
     bin_dir = side_venv()
     if name == "litellm":
         config = logs / "litellm.yaml"
@@ -379,6 +404,7 @@ def references(upstream: Server, tokens: int) -> dict[str, str]:
 @dataclass
 class Batch:
     cpu: float  # seconds of the front's process tree
+    system: float  # of which in the kernel (socket reads and writes, mostly)
     wall: float
     tokens: int
     requests: int
@@ -392,13 +418,15 @@ def run_batch(
     front: Server, clients: int, requests: int, tokens: int, refs: dict[str, str], run: Runner
 ) -> Batch:
     pid = front.proc.pid if front.proc is not None else None
-    before = tree_cpu(pid) if pid is not None else 0.0
+    user0, sys0 = tree_times(pid) if pid is not None else (0.0, 0.0)
     wall, replies = run(load(front.url, front.model, clients, requests, tokens))
-    cpu = tree_cpu(pid) - before if pid is not None else float("nan")
+    user1, sys1 = tree_times(pid) if pid is not None else (math.nan, math.nan)
+    cpu, system = user1 + sys1 - user0 - sys0, sys1 - sys0
     parsed = [(r.prompt, parse(r)) for r in replies]
     good = [p for _, p in parsed if p.ok]
     return Batch(
         cpu=cpu,
+        system=system,
         wall=wall,
         tokens=sum(p.tokens for p in good),
         requests=len(good),
@@ -440,6 +468,7 @@ class Row:
         batches = self.long + self.short
         return {
             "tok_us": med([per_token(b) for b in self.long]),
+            "sys": med([b.system / b.cpu for b in self.long if b.cpu]),
             "req_us": med(req_us),
             "tok_s": med([b.tokens / b.wall for b in self.long]),
             "tok_frame": med([b.tokens / b.frames for b in self.long if b.frames]),
@@ -456,7 +485,7 @@ def report(results: dict[int, dict[str, Row]], fronts: list[str]) -> None:
         base = rows["none"].figures() if "none" in rows and rows["none"].long else None
         print(f"\n{streams} concurrent streams (medians of {len(next(iter(rows.values())).long)} rounds)")
         print(
-            f"{'front':<14} {'µs/token':>9} {'µs/req':>8} {'tok/s':>8} {'tok/frame':>9} "
+            f"{'front':<18} {'µs/token':>9} {'sys':>4} {'µs/req':>8} {'tok/s':>8} {'tok/frame':>9} "
             f"{'+TTFT p50':>10} {'+TTFT p99':>10} {'exact':>11}"
         )
         for name in fronts:
@@ -467,12 +496,12 @@ def report(results: dict[int, dict[str, Row]], fronts: list[str]) -> None:
             add50 = nan if direct else (f["p50"] - base["p50"]) * 1e3  # type: ignore[index]
             add99 = nan if direct else (f["p99"] - base["p99"]) * 1e3  # type: ignore[index]
             print(
-                f"{name:<14} {f['tok_us']:>9.1f} {f['req_us']:>8.0f} {f['tok_s']:>8.0f} {f['tok_frame']:>9.2f} "
+                f"{name:<18} {f['tok_us']:>9.1f} {f['sys']:>4.0%} {f['req_us']:>8.0f} {f['tok_s']:>8.0f} {f['tok_frame']:>9.2f} "
                 f"{add50:>+8.1f}ms {add99:>+8.1f}ms {int(f['exact']):>5}/{int(f['streams']):<5}"
             )
         if "tokenrelay" in rows and rows["tokenrelay"].long:
             mine = rows["tokenrelay"].figures()
-            for other in ("none", "vllm-router", "litellm"):
+            for other in [n for n in rows if n != "tokenrelay"]:
                 if other in rows and rows[other].long:
                     theirs = rows[other].figures()
                     print(
@@ -496,7 +525,7 @@ def profiling(front: Server, seconds: int, out: Path) -> Iterator[None]:
         "--duration",
         str(seconds),
     ]
-    command += ["--rate", "200", "--format", "raw", "--output", str(out), "--nonblocking"]
+    command += ["--rate", "200", "--format", "raw", "--output", str(out)]
     spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     time.sleep(1.0)
     try:
@@ -552,6 +581,11 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", metavar="FRONT", help="py-spy over FRONT's long batches (20 s each)")
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run tokenrelay's front as of commit REF (front tokenrelay@REF)",
+    )
     args = parser.parse_args()
 
     fronts = [f for f in args.fronts.split(",") if f]
@@ -568,6 +602,12 @@ def main() -> None:
     results = {n: {f: Row() for f in fronts} for n in streams_list}
     with tempfile.TemporaryDirectory(prefix="bench-front-") as tmp:
         logs = Path(tmp)
+        if args.baseline:
+            BASELINES[args.baseline] = baseline_src(args.baseline, logs)
+            fronts.insert(
+                fronts.index("tokenrelay") if "tokenrelay" in fronts else 0, f"tokenrelay@{args.baseline}"
+            )
+            results = {n: {f: Row() for f in fronts} for n in streams_list}
         if args.upstream:
             url = args.upstream.rstrip("/").removesuffix("/v1")
             model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
@@ -599,7 +639,8 @@ def main() -> None:
                         results[streams][name].long.append(long)
                         results[streams][name].short.append(short)
                         print(
-                            f"round {r + 1}: {streams:>4} streams, {name:<13} {per_token(long):7.1f} µs/token "
+                            f"round {r + 1}: {streams:>4} streams, {name:<18} {per_token(long):7.1f} µs/token "
+                            f"({long.system / max(long.cpu, 1e-9):4.0%} sys) "
                             f"{long.tokens / long.wall:7.0f} tok/s {long.tokens / max(long.frames, 1):5.2f} "
                             f"tok/frame; exact {long.exact + short.exact}/"
                             f"{long.requests + long.failed + short.requests + short.failed}",
