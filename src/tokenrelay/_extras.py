@@ -16,7 +16,9 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "pydantic": "server",
     "uvicorn": "server",
     "prometheus_client": "server",
-    "websockets": "server",  # uvicorn[standard] brings it; the doctor's --browser drives Chromium with it
+    "websockets": "server",
+    "httptools": "server",  # the upstream engine's HTTP client
+    "msgspec": "server",  # ... and its chunk decoder  # uvicorn[standard] brings it; the doctor's --browser drives Chromium with it
     "llama_cpp": "llama",
     "jinja2": "llama",
     "tokenizers": "tokenizers",
