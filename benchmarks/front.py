@@ -11,7 +11,9 @@ hand). In turn, each front is put between the load and that upstream:
 - ``litellm``: LiteLLM's proxy (``litellm[proxy]``, pinned below, one worker, an ``openai/`` model on the
   upstream);
 - ``vllm-router``: the Rust router (pip ``vllm-router``, pinned below), its one worker the upstream; it passes
-  the bytes through.
+  the bytes through;
+- ``python-pipe`` (not in the default set): a few lines of uvloop that copy bytes between each client
+  connection and an upstream connection of its own, the floor under any Python front on this machine.
 
 LiteLLM and vllm-router are not tokenrelay's dependencies: they are installed into a venv of this benchmark's
 own (``.venv-bench-front``, made on first use), and so is py-spy, for ``--profile``.
@@ -70,7 +72,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 from tokenrelay._sse import SSEParser  # noqa: E402
 from tokenrelay._stream import percentile  # noqa: E402  (the project's one percentile definition)
 
-FRONTS = ("none", "tokenrelay", "tokenrelay-2w", "litellm", "vllm-router")  # and tokenrelay@REF (--baseline)
+FRONTS = (
+    "none",
+    "tokenrelay",
+    "tokenrelay-2w",
+    "litellm",
+    "vllm-router",
+    "python-pipe",
+)  # and tokenrelay@REF (--baseline)
 SIDE_VENV = ROOT / ".venv-bench-front"
 # Pinned: the versions the figures in benchmarks/README.md were measured with.
 SIDE_PACKAGES = ["litellm[proxy]==1.106.12", "vllm-router==0.1.17", "py-spy==0.4.3"]
@@ -222,6 +231,55 @@ def start_replay_upstream(rate: float, logs: Path) -> Server:
     return launch("upstream", command, port, "replay", logs)
 
 
+def pipe_main(port: int, upstream_url: str) -> None:
+    """``python-pipe``: the floor of a Python front on uvloop: each client connection gets its own upstream
+    connection, and bytes are copied both ways as they arrive (no HTTP or SSE parsing, no detokenizing). What
+    a Python process pays to move a token through, read and write, which no Python front can go below."""
+    import uvloop
+
+    host, _, up_port = upstream_url.removeprefix("http://").partition(":")
+
+    class Pipe(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.peer: asyncio.Transport | None = None
+            self.transport: asyncio.Transport | None = None
+            self.early: list[bytes] = []
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport  # type: ignore[assignment]
+
+        def data_received(self, data: bytes) -> None:
+            if self.peer is None:
+                self.early.append(data)
+            else:
+                self.peer.write(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.peer is not None:
+                self.peer.close()
+
+    async def accepted(downstream: Pipe) -> None:
+        loop = asyncio.get_running_loop()
+        _, upstream = await loop.create_connection(Pipe, host, int(up_port))
+        assert downstream.transport is not None and upstream.transport is not None
+        upstream.peer, downstream.peer = downstream.transport, upstream.transport
+        for data in downstream.early:
+            upstream.transport.write(data)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+
+        def factory() -> Pipe:
+            pipe = Pipe()
+            loop.create_task(accepted(pipe))
+            return pipe
+
+        server = await loop.create_server(factory, "127.0.0.1", port, backlog=4096)
+        await server.serve_forever()
+
+    uvloop.run(serve())
+
+
 def start_front(name: str, upstream: Server, tokenizer: str, logs: Path) -> Server:
     if name == "none":
         return upstream
@@ -253,6 +311,9 @@ def start_front(name: str, upstream: Server, tokenizer: str, logs: Path) -> Serv
             str(port),
         ]
         command += ["--num_workers", "1"]
+        return launch(name, command, port, upstream.model, logs)
+    if name == "python-pipe":
+        command = [sys.executable, str(Path(__file__).resolve()), "--pipe", str(port), upstream.url]
         return launch(name, command, port, upstream.model, logs)
     if name == "vllm-router":
         command = [str(bin_dir / "vllm-router"), "--worker-urls", upstream.url, "--host", "127.0.0.1"]
@@ -525,13 +586,53 @@ def profiling(front: Server, seconds: int, out: Path) -> Iterator[None]:
         "--duration",
         str(seconds),
     ]
-    command += ["--rate", "200", "--format", "raw", "--output", str(out)]
+    command += ["--rate", "200", "--format", "raw", "--output", str(out), "--nonblocking"]
     spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     time.sleep(1.0)
     try:
         yield
     finally:
         spy.wait(seconds + 60)
+
+
+@contextlib.contextmanager
+def perf_recording(front: Server, out: Path) -> Iterator[None]:
+    """``perf record`` over the front's process while the block runs: where its CPU goes natively (the
+    interpreter, uvloop, httptools, msgspec, the kernel's socket paths), which py-spy cannot see."""
+    assert front.proc is not None
+    command = ["perf", "record", "-F", "999", "-g", "-p", str(front.proc.pid), "-o", str(out), "--quiet"]
+    perf = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        yield
+    finally:
+        perf.send_signal(signal.SIGINT)
+        perf.wait(60)
+
+
+def summarize_perf(data: Path, top: int = 45) -> None:
+    for sort in ("dso", "dso,sym"):
+        report = subprocess.run(
+            [
+                "perf",
+                "report",
+                "-i",
+                str(data),
+                "--stdio",
+                "--no-children",
+                "--sort",
+                sort,
+                "--percent-limit",
+                "0.7",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout
+        lines = [line for line in report.splitlines() if line.strip() and not line.startswith("#")]
+        lines = [line for line in lines if "%" in line.split()[0]] if lines else []
+        print(f"\nperf, self time by {sort}:")
+        for line in lines[:top]:
+            print("  " + line.strip())
 
 
 def summarize_profile(raw: Path, top: int = 40) -> None:
@@ -559,6 +660,9 @@ def summarize_profile(raw: Path, top: int = 40) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--pipe"]:
+        pipe_main(int(sys.argv[2]), sys.argv[3])
+        return
     parser = argparse.ArgumentParser(description="tokenrelay's front vs LiteLLM vs vllm-router")
     parser.add_argument(
         "--upstream", help="an OpenAI-compatible server to relay from (default: a replay server)"
@@ -581,6 +685,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", metavar="FRONT", help="py-spy over FRONT's long batches (20 s each)")
+    parser.add_argument("--perf", metavar="FRONT", help="perf record over FRONT's long batches (Linux perf)")
     parser.add_argument(
         "--baseline",
         metavar="REF",
@@ -629,10 +734,18 @@ def main() -> None:
                         front = servers[name]
                         spy = args.profile == name and front.proc is not None
                         raw = logs / f"profile-{name}-{streams}-{r}.txt"
-                        with profiling(front, 20, raw) if spy else contextlib.nullcontext():
+                        native = args.perf == name and front.proc is not None
+                        data = logs / f"perf-{name}-{streams}-{r}.data"
+                        with contextlib.ExitStack() as watch:
+                            if spy:
+                                watch.enter_context(profiling(front, 20, raw))
+                            if native:
+                                watch.enter_context(perf_recording(front, data))
                             long = run_batch(front, streams, per_client, args.tokens, refs[args.tokens], run)
                         if spy:
                             summarize_profile(raw)
+                        if native:
+                            summarize_perf(data)
                         short = run_batch(
                             front, streams, short_per_client, args.short_tokens, refs[args.short_tokens], run
                         )
