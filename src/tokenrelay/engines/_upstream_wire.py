@@ -35,7 +35,7 @@ from typing import Any, Literal, TypeAlias
 from tokenrelay._errors import ProtocolError
 from tokenrelay._openai_reader import error_from_body
 
-__all__ = ["PROTOCOLS", "Protocol", "UpstreamChunk", "reader_for", "request"]
+__all__ = ["PROTOCOLS", "Protocol", "UpstreamChunk", "reader_for", "request", "stranded_policy"]
 
 Protocol: TypeAlias = Literal["openai", "sglang", "tgi", "llamacpp"]
 PROTOCOLS: tuple[Protocol, ...] = ("openai", "sglang", "tgi", "llamacpp")
@@ -186,11 +186,11 @@ class OpenAITokenReader:
             finish if type(finish) is str else None,
             len(prompt_ids) if type(prompt_ids) is list else None,
             False,
-            _stranded(ids, added),
+            stranded_policy(ids, added),
         )
 
 
-def _stranded(ids: tuple[int, ...], text: object) -> Literal["replace", "discard"] | None:
+def stranded_policy(ids: tuple[int, ...], text: object) -> Literal["replace", "discard"] | None:
     """What a chunk's text says of the upstream's stranded bytes (see ``UpstreamChunk.stranded``).
 
     A reply cut inside a character ends, on a server that replaces the stranded bytes (tokenrelay), with a

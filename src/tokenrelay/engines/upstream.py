@@ -50,6 +50,7 @@ from tokenrelay.engines.base import (
     render_plain_chat,
 )
 from tokenrelay.engines.upstream_client import ReplicaConnections, Response
+from tokenrelay.engines.upstream_decode import DecodingOpenAIReader
 
 __all__ = ["Replica", "UpstreamEngine", "discover_model"]
 
@@ -192,7 +193,11 @@ class UpstreamEngine:
             response: Response | None = None
             try:
                 response = await self._open(replica, path, payload)
-                reader = reader_for(self.protocol, max_tokens=params.max_tokens, loads=_decode_json)
+                reader = (
+                    DecodingOpenAIReader()
+                    if self.protocol == "openai"
+                    else reader_for(self.protocol, max_tokens=params.max_tokens, loads=_decode_json)
+                )
                 feed, text_protocol = reader.feed, reader.text_protocol
                 stranded = self.stranded  # as the upstream's text ends a reply cut inside a character, so far
                 prompt_told = False
