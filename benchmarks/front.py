@@ -269,9 +269,13 @@ def pipe_main(port: int, upstream_url: str) -> None:
     async def serve() -> None:
         loop = asyncio.get_running_loop()
 
+        tasks: set[asyncio.Task[None]] = set()
+
         def factory() -> Pipe:
             pipe = Pipe()
-            loop.create_task(accepted(pipe))
+            task = loop.create_task(accepted(pipe))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
             return pipe
 
         server = await loop.create_server(factory, "127.0.0.1", port, backlog=4096)

@@ -55,34 +55,22 @@ class Response:
     """
 
     __slots__ = (
-        "_body",
-        "_buffered",
-        "_conn",
-        "_done",
-        "_error",
-        "_events",
-        "_framed",
-        "_headers_done",
-        "_name",
-        "_sse",
-        "_waiter",
-        "content_type",
-        "reason",
-        "status",
-    )
+        "_body", "_buffered", "_conn", "_done", "_error", "_events", "_framed", "_headers_done", "_pieces",
+        "_sse", "_waiter", "content_type", "reason", "status",
+    )  # fmt: skip
 
     def __init__(self, conn: _Connection) -> None:
         self._conn = conn
         self.status = 0
         self.reason = ""
         self.content_type = ""
-        self._name = b""  # the header whose value comes next
         self._framed = False  # a Content-Length or chunked body: its end is not the connection's end
         self._headers_done = False
         self._sse: SSEParser | None = None  # set once the answer is known to be an event stream
         self._events: list[ServerSentEvent] = []
         self._buffered = 0  # bytes of the events waiting
         self._body: list[bytes] = []
+        self._pieces: list[bytes] = []  # body bytes of the current read, not yet parsed
         self._done = False  # the whole answer was read
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -93,8 +81,7 @@ class Response:
         self.reason = reason.decode("latin-1")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        name = name.lower() if name else self._name
-        self._name = name
+        name = name.lower()
         if name == b"content-type":
             self.content_type = value.decode("latin-1").lower()
         elif name in (b"content-length", b"transfer-encoding"):
@@ -108,13 +95,17 @@ class Response:
         self._wake()
 
     def on_body(self, body: bytes) -> None:
-        sse = self._sse
-        if sse is None:
-            if sum(map(len, self._body)) < MAX_ERROR_BODY:
-                self._body.append(body)
-            return
+        if self._sse is not None:
+            self._pieces.append(body)  # parsed once per read, however many HTTP chunks it held
+        elif sum(map(len, self._body)) < MAX_ERROR_BODY:
+            self._body.append(body)
+
+    def parse_read(self) -> None:
+        """Cut the events out of the body bytes of the latest read and hand them to the consumer."""
+        pieces, self._pieces = self._pieces, []
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         try:
-            events = sse.feed(body)
+            events = self._sse.feed(data)  # type: ignore[union-attr]  # (pieces are only kept when it is set)
         except ProtocolError as exc:  # an event over the size limit
             self.fail(exc)
             return
@@ -123,7 +114,7 @@ class Response:
                 self._events += events
             else:
                 self._events = events
-            self._buffered += len(body)
+            self._buffered += len(data)
             if self._buffered > HIGH_WATER:
                 self._conn.pause()
             self._wake()
@@ -189,11 +180,8 @@ class Response:
         return b"".join(self._body)[:MAX_ERROR_BODY]
 
     async def _wait(self) -> None:
-        self._waiter = waiter = asyncio.get_running_loop().create_future()
-        try:
-            await waiter
-        finally:
-            self._waiter = None
+        self._waiter = self._conn.loop.create_future()  # (_wake skips it once done, cancelled included)
+        await self._waiter
 
     def release(self, *, drain: float = 0.0) -> None:
         """Done with this answer: its connection goes back to the pool if the answer was read to its end, or,
@@ -218,12 +206,12 @@ class _Connection(asyncio.Protocol):
         self.response: Response | None = None
         self.closed = False
         self._paused = False
-        self._got_bytes = False  # any byte of the current answer
+        self.got_bytes = False  # any byte of the current answer
         self._last = 0.0  # loop time of the last read
         self._timer: asyncio.TimerHandle | None = None
         self._reuse_when_answered = False
         self._keep_alive = False  # the last answer allows another request on this connection
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
 
     # -- asyncio's callbacks -----------------------------------------------------------------------------
 
@@ -235,12 +223,14 @@ class _Connection(asyncio.Protocol):
         if response is None:  # nothing was asked: a server that talks out of turn
             self.close()
             return
-        self._got_bytes = True
-        self._last = self._loop.time()
+        self.got_bytes = True
+        self._last = self.loop.time()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             response.fail(ProtocolError(f"upstream answer is not valid HTTP/1.1: {exc}"))
+        if response._pieces:
+            response.parse_read()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -255,15 +245,11 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self.response = response = Response(self)
         self.parser = httptools.HttpResponseParser(response)
-        self._got_bytes = self._reuse_when_answered = self._keep_alive = False
-        self._last = self._loop.time()
+        self.got_bytes = self._reuse_when_answered = self._keep_alive = False
+        self._last = self.loop.time()
         self._arm(read_timeout, read_timeout)
         self.transport.write(data)
         return response
-
-    @property
-    def got_bytes(self) -> bool:
-        return self._got_bytes
 
     def pause(self) -> None:
         if not self._paused and not self.closed and self.transport is not None:
@@ -273,7 +259,7 @@ class _Connection(asyncio.Protocol):
     def resume(self) -> None:
         if self._paused and not self.closed and self.transport is not None:
             self._paused = False
-            self._last = self._loop.time()  # the stall clock starts again now
+            self._last = self.loop.time()  # the stall clock starts again now
             self.transport.resume_reading()
 
     def answered(self, *, keep_alive: bool) -> None:
@@ -293,7 +279,7 @@ class _Connection(asyncio.Protocol):
     def reuse_when_answered(self, within: float) -> None:
         self._reuse_when_answered = True
         self._cancel_timer()
-        self._timer = self._loop.call_later(within, self.close)
+        self._timer = self.loop.call_later(within, self.close)
         self.resume()  # the rest of the body must be read for its end to arrive
 
     def close(self) -> None:
@@ -308,7 +294,7 @@ class _Connection(asyncio.Protocol):
     def _arm(self, delay: float, timeout: float) -> None:
         self._cancel_timer()
         if timeout > 0:
-            self._timer = self._loop.call_later(delay, self._check_stall, timeout)
+            self._timer = self.loop.call_later(delay, self._check_stall, timeout)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -323,7 +309,7 @@ class _Connection(asyncio.Protocol):
         if self._paused:  # the consumer is behind, not the replica
             self._arm(timeout, timeout)
             return
-        idle = self._loop.time() - self._last
+        idle = self.loop.time() - self._last
         if idle >= timeout:
             response.fail(TimeoutError(f"no data from the upstream for {timeout:g} s"))
         else:
