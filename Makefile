@@ -27,7 +27,7 @@ LLAMA_SERVER_STAMP := $(dir $(LLAMA_SERVER)).built-$(notdir $(LLAMA_WHEELS))
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
 	cmake
 
-.PHONY: install test lint check bench bench-engine bench-upstream bench-front llama-server serve clean test-vllm bench-vllm
+.PHONY: install test lint check bench bench-json bench-engine bench-upstream bench-front llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -99,6 +99,13 @@ bench: install
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/server_load.py
 	node benchmarks/render/run.js
+	$(MAKE) bench-json
+
+# Streamed JSON: PartialJSON (Python and JS) vs jiter, partial-json-parser, @streamparser/json and the AI SDK's
+# parsePartialJson, at 38 KB and 380 KB (~6 min on 2 cores: the re-parsers are O(n²) and sampled).
+bench-json: install
+	$(BIN)/python benchmarks/partial_json.py
+	node benchmarks/partial_json.js
 
 # llama.cpp's own server, for the side-by-side benchmarks and the tests that relay from it: built once from the
 # llama.cpp sources inside the same llama-cpp-python sdist, with the same portable flags (~7 min on 2 cores).

@@ -5,9 +5,23 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import cast
 
-from tokenrelay.engines.base import EngineFinished, PromptTokens, Step, Stranded, TextStep
+from tokenrelay.engines.base import (
+    Engine,
+    EngineFinished,
+    Prompt,
+    PromptTokens,
+    SamplingParams,
+    Step,
+    Stranded,
+    TextStep,
+)
 
-__all__ = ["closable", "ids"]
+__all__ = ["closable", "generate", "ids"]
+
+
+def generate(engine: Engine, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+    """``engine.generate`` for ``prompt`` with its ids tokenized once here, as the server's intake does."""
+    return engine.generate(prompt, params, prompt_ids=engine.prompt_ids(prompt))
 
 
 def ids(step: Step) -> Sequence[int]:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,11 +50,13 @@ class CountingEngine:
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         return self.inner.prompt_ids(prompt)
 
-    async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
         key = prompt if isinstance(prompt, str) else prompt[-1]["content"]
         record = self.generations.setdefault(key, Generation())
         try:
-            async for step in self.inner.generate(prompt, params):
+            async for step in self.inner.generate(prompt, params, prompt_ids=prompt_ids):
                 record.steps.append(time.monotonic())
                 yield step
         finally:

@@ -20,15 +20,18 @@ from tiny_tokenizers import toy_wordpiece
 from tokenrelay import (
     ChatChunkWriter,
     Detokenizer,
+    PartialJSON,
     SSEParser,
     StopMatcher,
     TextChunkWriter,
     TextStream,
     TokenRelayError,
+    ToolCallExtractor,
     Usage,
     UseAfterFinishError,
     load_tokenizer,
 )
+from tokenrelay._tool_calls import FORMATS
 from tokenrelay.doctor._recording import ContentDecoder
 
 CHUNKS = ChunkTokenizer([b"a", b"b", "☕".encode()[:2], "☕".encode()[2:]])
@@ -108,6 +111,21 @@ CASES = {
         empty=b"",
         after_end=(lambda w: w.delta_with_ids("a", [1]),),
         allowed=(lambda w: w.usage(Usage(1, 2)),),
+    ),
+    "PartialJSON": Case(
+        make=PartialJSON,
+        feed=lambda p: p.feed('{"a": [1, "b"]}'),
+        end=lambda p: p.finish(),
+        empty={"a": [1, "b"]},  # finish() again returns the same final value
+    ),
+    "ToolCallExtractor": Case(
+        make=lambda: ToolCallExtractor(FORMATS["hermes"], parallel=False),
+        feed=lambda x: x.feed("Hi <tool_"),
+        end=lambda x: x.finish(),
+        empty=[],
+        # parallel=False: the first complete call ends the extraction; what follows is dropped
+        ends_itself=lambda x: x.feed('<tool_call>{"name": "f", "arguments": {}}</tool_call>'),
+        dropped=[],
     ),
     "ContentDecoder": Case(
         make=lambda: ContentDecoder("gzip"),

@@ -13,7 +13,7 @@ pytest.importorskip("llama_cpp")
 
 from llama_cpp import ChatCompletionRequestMessage, Llama
 
-from _steps import closable
+from _steps import closable, generate
 from _steps import ids as step_ids
 from tokenrelay._errors import ConfigError, InvalidRequestError
 from tokenrelay._stream import Finished, TextDelta
@@ -40,7 +40,7 @@ def oracle() -> Iterator[Llama]:
 
 
 async def ids_of(engine: LlamaCppEngine, prompt: Prompt, params: SamplingParams) -> list[int]:
-    return [i async for step in engine.generate(prompt, params) for i in step_ids(step)]
+    return [i async for step in generate(engine, prompt, params) for i in step_ids(step)]
 
 
 async def test_greedy_chat_matches_llama_cpp_pythons_own_completion(
@@ -119,7 +119,7 @@ async def test_cancel_after_n_steps_stops_within_one_step(engine: LlamaCppEngine
 
     async def consume() -> None:
         seen = 0
-        async for _ in engine.generate("Count from one to one hundred:", SamplingParams(max_tokens=400)):
+        async for _ in generate(engine, "Count from one to one hundred:", SamplingParams(max_tokens=400)):
             seen += 1
             if seen == n:
                 reached.set()
@@ -142,7 +142,7 @@ async def test_closing_the_iterator_stops_it_and_the_engine_stays_usable(engine:
     expected = await ids_of(engine, CHAT, GREEDY)
     await engine.wait_idle()
     before = engine.steps_computed
-    async with contextlib.aclosing(closable(engine.generate(CHAT, SamplingParams(max_tokens=300)))) as steps:
+    async with contextlib.aclosing(closable(generate(engine, CHAT, SamplingParams(max_tokens=300)))) as steps:
         async for _ in steps:
             break
     await engine.wait_idle()
@@ -161,6 +161,32 @@ async def test_prompt_longer_than_the_context_is_refused(engine: LlamaCppEngine)
     with pytest.raises(InvalidRequestError) as info:
         await ids_of(engine, "word " * 600, GREEDY)
     assert info.value.code == "context_length_exceeded"
+
+
+async def test_the_engine_reads_the_ids_it_is_given_and_tokenizes_nothing(
+    engine: LlamaCppEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One tokenization per request (issue 23): the ids the caller computed are what the model reads."""
+    expected = await ids_of(engine, CHAT, GREEDY)
+    given = engine.prompt_ids(CHAT)
+
+    def no_second_tokenization(prompt: Prompt) -> list[int]:
+        raise AssertionError("generate tokenized the prompt again")
+
+    monkeypatch.setattr(engine, "prompt_ids", no_second_tokenization)
+    # The text prompt says something else: only the ids count.
+    steps = engine.generate("Once upon a time", GREEDY, prompt_ids=given)
+    assert [i async for step in steps for i in step_ids(step)] == expected
+
+
+async def test_ids_outside_the_vocabulary_are_refused(engine: LlamaCppEngine) -> None:
+    params = SamplingParams(max_tokens=4, temperature=0.0)
+    for bad in ([1, 2, engine.tokenizer.vocab_size + 5], [-1, 2]):
+        with pytest.raises(InvalidRequestError, match="outside the vocabulary") as info:
+            async for _ in engine.generate("x", params, prompt_ids=bad):
+                pass
+        assert info.value.param == "prompt"
+    assert len(await ids_of(engine, CHAT, params)) == 4  # and the engine goes on serving
 
 
 def test_model_paths(tmp_path: pytest.TempPathFactory) -> None:
@@ -209,7 +235,7 @@ async def test_concurrent_generations_share_every_step(engine: LlamaCppEngine) -
 
     async def run(prompt: Prompt) -> list[int]:
         ids: list[int] = []
-        async for step in engine.generate(prompt, params):
+        async for step in generate(engine, prompt, params):
             if not ids:
                 first_at.append(loop.time())
             ids.extend(step_ids(step))
@@ -241,7 +267,7 @@ async def test_cancelling_one_request_frees_its_sequence_and_the_others_go_on(en
 
     async def leaver() -> None:
         seen = 0
-        async for _ in engine.generate("Count from one to one hundred:", SamplingParams(max_tokens=400)):
+        async for _ in generate(engine, "Count from one to one hundred:", SamplingParams(max_tokens=400)):
             seen += 1
             if seen == 3:
                 got_three.set()

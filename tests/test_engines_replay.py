@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from _steps import closable, ids
+from _steps import closable, generate, ids
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._stream import Finished, TextDelta
@@ -40,7 +40,7 @@ class Recorder:
 async def collect(
     engine: ReplayEngine, params: SamplingParams = PARAMS, prompt: str = "hi"
 ) -> list[Sequence[int]]:
-    return [ids(step) async for step in engine.generate(prompt, params)]
+    return [ids(step) async for step in generate(engine, prompt, params)]
 
 
 async def test_releases_the_tokenizers_ids_then_eos(tok: Tokenizer) -> None:
@@ -57,6 +57,10 @@ async def test_without_text_it_replays_the_prompt(tok: Tokenizer) -> None:
     steps = await collect(engine, prompt="echo ☕ me")
     assert [i for s in steps for i in s] == tok.encode("echo ☕ me")
     assert engine.prompt_ids("echo ☕ me") == tok.encode("echo ☕ me")
+    # What it replays is the ids it was handed (the server's intake tokenized them), not a new encode.
+    given = tok.encode("other words")
+    replayed = [ids(s) async for s in engine.generate("echo ☕ me", PARAMS, prompt_ids=given)]
+    assert [i for s in replayed for i in s] == given
 
 
 async def test_bursts_and_max_tokens(tok: Tokenizer) -> None:
@@ -95,7 +99,7 @@ async def test_failure_mid_stream_is_an_engine_error(tok: Tokenizer) -> None:
     engine = ReplayEngine(tok, CORPUS, rate=None, fail_after=5)
     seen: list[int] = []
     with pytest.raises(EngineError, match="after 5 tokens"):
-        async for step in engine.generate("hi", PARAMS):
+        async for step in generate(engine, "hi", PARAMS):
             seen.extend(ids(step))
     assert seen == tok.encode(CORPUS)[:5]
 
@@ -107,7 +111,7 @@ async def test_cancel_stops_the_replay_at_once(tok: Tokenizer) -> None:
 
     async def consume() -> None:
         nonlocal got
-        async for _ in engine.generate("hi", PARAMS):
+        async for _ in generate(engine, "hi", PARAMS):
             got += 1
             if got == 3:
                 three.set()
@@ -124,7 +128,7 @@ async def test_cancel_stops_the_replay_at_once(tok: Tokenizer) -> None:
 
 async def test_closing_the_iterator_stops_it(tok: Tokenizer) -> None:
     engine = ReplayEngine(tok, CORPUS, rate=None)
-    async with contextlib.aclosing(closable(engine.generate("hi", PARAMS))) as steps:
+    async with contextlib.aclosing(closable(generate(engine, "hi", PARAMS))) as steps:
         async for _ in steps:
             if engine.steps_computed == 2:
                 break

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
+from _steps import generate
 from _steps import ids as step_ids
 from tiny_tokenizers import corpus_text
 from tokenrelay._detokenizer import Detokenizer
@@ -238,7 +239,7 @@ def test_llamacpp_engine_runs_a_sentencepiece_gguf(tmp_path: Path) -> None:
 
     async def run() -> tuple[list[int], str, list[int], str]:
         try:
-            ids = [i async for step in engine.generate(prompt, params) for i in step_ids(step)]
+            ids = [i async for step in generate(engine, prompt, params) for i in step_ids(step)]
             events = [e async for e in stream_events(engine, prompt, params)]
             text = "".join(e.text for e in events if isinstance(e, TextDelta))
             # llama-cpp-python's own detokenize; the ids do not start with BOS, so it concatenates pieces.

@@ -25,6 +25,7 @@ from tokenrelay._errors import (
     ProtocolError,
     RateLimitError,
     TokenRelayError,
+    UseAfterFinishError,
 )
 from tokenrelay._openai import (
     DONE,
@@ -296,6 +297,10 @@ def read_vector(data: list[str]) -> dict[str, object]:
         "finished": decoder.finished,
         "error": error,
         "not_chunks": decoder.not_chunks,
+        "tool_calls": [
+            {"index": c.index, "id": c.id, "name": c.name, "arguments": c.arguments}
+            for c in decoder.tool_calls
+        ],
     }
 
 
@@ -364,3 +369,112 @@ async def test_async_sdk_streams_a_chat_completion(base_url: str) -> None:
     text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
     assert text == "".join(REPLY)
     await client.close()
+
+
+# -- tool calls (issue 21) ------------------------------------------------------------------------------------
+
+
+def tool_stream() -> list[bytes]:
+    w = chat_writer()
+    return [
+        w.role(),
+        w.delta("Checking."),
+        w.tool_call(0, "call_x1", "get_weather"),
+        w.tool_arguments(0, '{"city": "'),
+        w.tool_arguments(0, '東京 🗼"}'),
+        w.tool_call(1, "call_x2", "get_time"),
+        w.tool_arguments(1, "{}"),
+        w.finish("tool_calls"),
+    ]
+
+
+def test_tool_call_chunks_are_what_the_sdk_types_expect() -> None:
+    frames = tool_stream()
+    first = payload(frames[2])["choices"]
+    assert first == [
+        {
+            "index": 0,
+            "delta": {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_x1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            },
+            "logprobs": None,
+            "finish_reason": None,
+        }
+    ]
+    later = payload(frames[3])["choices"]
+    assert isinstance(later, list)
+    assert later[0]["delta"] == {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "'}}]}
+    for frame in frames:
+        ChatCompletionChunk.model_validate(payload(frame), strict=True)
+    assert ChatCompletionChunk.model_validate(payload(frames[-1])).choices[0].finish_reason == "tool_calls"
+
+
+def test_the_sdk_accumulates_our_tool_call_stream_into_the_message() -> None:
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    state = ChatCompletionStreamState()
+    for frame in tool_stream():
+        state.handle_chunk(ChatCompletionChunk.model_validate(payload(frame)))
+    message = state.get_final_completion().choices[0].message
+    assert message.content == "Checking."
+    assert message.tool_calls is not None
+    assert [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls] == [
+        ("call_x1", "get_weather", '{"city": "東京 🗼"}'),
+        ("call_x2", "get_time", "{}"),
+    ]
+
+
+def test_our_decoder_reads_our_tool_call_stream() -> None:
+    decoder = ChatStreamDecoder()
+    parser = SSEParser()
+    text = "".join(decoder.feed(e) for frame in tool_stream() for e in parser.feed(frame))
+    assert text == "Checking." and decoder.finish_reason == "tool_calls"
+    assert [(c.index, c.id, c.name, c.arguments) for c in decoder.tool_calls] == [
+        (0, "call_x1", "get_weather", '{"city": "東京 🗼"}'),
+        (1, "call_x2", "get_time", "{}"),
+    ]
+
+
+def test_tool_call_frames_carry_token_ids_when_asked() -> None:
+    choice = payload(chat_writer().tool_arguments(0, "{}", token_ids=[5, 6]))["choices"]
+    assert isinstance(choice, list) and choice[0]["token_ids"] == [5, 6]
+    w = chat_writer()
+    w.prompt_token_ids([1, 2])
+    assert payload(w.tool_call(0, "call_1", "f"))["prompt_token_ids"] == [1, 2]
+    w.finish("tool_calls")
+    with pytest.raises(UseAfterFinishError):
+        w.tool_arguments(0, "x")
+
+
+def test_a_whole_response_with_tool_calls_validates_with_null_content() -> None:
+    def whole(content: str) -> ChatCompletion:
+        body = chat_completion(
+            id="chatcmpl-t",
+            model="m",
+            created=1,
+            content=content,
+            finish_reason="tool_calls",
+            usage=Usage(9, 4),
+            tool_calls=[("call_1", "get_weather", '{"city": "Paris"}')],
+        )
+        return ChatCompletion.model_validate(body, strict=True)
+
+    message = whole("").choices[0].message
+    assert message.content is None and message.tool_calls is not None
+    [call] = message.tool_calls
+    assert (call.id, call.type, call.function.name, call.function.arguments) == (  # type: ignore[union-attr]
+        "call_1",
+        "function",
+        "get_weather",
+        '{"city": "Paris"}',
+    )
+    assert whole("Sure.").choices[0].message.content == "Sure."
+    plain = chat_completion(id="c", model="m", created=1, content="", finish_reason="stop", usage=Usage(1, 1))
+    assert plain["choices"][0]["message"] == {"role": "assistant", "content": "", "refusal": None}  # type: ignore[index]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
 import httpx
@@ -122,7 +122,9 @@ class TextEngine:
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         return [1]
 
-    async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
         for piece in self.pieces:
             yield TextStep(piece, tokens=len(piece))
 

@@ -10,6 +10,8 @@ from ._errors import (
     ConfigError,
     EngineError,
     InvalidRequestError,
+    JSONError,
+    JSONSyntaxError,
     NotFoundError,
     PayloadTooLargeError,
     ProtocolError,
@@ -18,15 +20,20 @@ from ._errors import (
     StreamTruncated,
     TokenizerError,
     TokenRelayError,
+    ToolCallError,
+    TruncatedJSONError,
     UnavailableError,
     UseAfterFinishError,
 )
+from ._json_events import JSONEvent, JSONPath, JSONValue, StringGrew, ValueCompleted, ValueStarted
 from ._openai import ChatChunkWriter, TextChunkWriter, chat_completion, error_event, text_completion
 from ._openai_reader import ChatStreamDecoder
+from ._partial_json import PartialJSON
 from ._protocols import ByteTable, Tokenizer
 from ._sse import ServerSentEvent, SSEParser, encode_event
 from ._stops import StopMatcher
 from ._stream import Event, Finished, FinishReason, TextDelta, TextStream, Timings, Usage
+from ._tool_calls import ToolCallExtractor
 from .tokenizers import load_tokenizer
 
 __version__ = "0.1.0"
@@ -44,7 +51,13 @@ __all__ = [
     "FinishReason",
     "Finished",
     "InvalidRequestError",
+    "JSONError",
+    "JSONEvent",
+    "JSONPath",
+    "JSONSyntaxError",
+    "JSONValue",
     "NotFoundError",
+    "PartialJSON",
     "PayloadTooLargeError",
     "ProtocolError",
     "RateLimitError",
@@ -54,6 +67,7 @@ __all__ = [
     "StopMatcher",
     "StrandedBytes",
     "StreamTruncated",
+    "StringGrew",
     "TextChunkWriter",
     "TextDelta",
     "TextStream",
@@ -61,9 +75,14 @@ __all__ = [
     "TokenRelayError",
     "Tokenizer",
     "TokenizerError",
+    "ToolCallError",
+    "ToolCallExtractor",
+    "TruncatedJSONError",
     "UnavailableError",
     "Usage",
     "UseAfterFinishError",
+    "ValueCompleted",
+    "ValueStarted",
     "__version__",
     "chat_completion",
     "encode_event",

@@ -8,8 +8,12 @@ lookup table of its own::
     ├── ConfigError                      500 server_error        bad option, model file, engine setup
     ├── TokenizerError                   500 server_error        tokenizer missing, truncated, unsupported
     ├── ProtocolError                    502 server_error        a peer broke the SSE / OpenAI wire format
-    │   └── StreamTruncated              502 server_error        the stream ended before it finished
+    │   ├── StreamTruncated              502 server_error        the stream ended before it finished
+    │   └── JSONError (+ ValueError)     502 server_error        text that must be JSON is not
+    │       ├── JSONSyntaxError          502 server_error        it cannot be continued into JSON
+    │       └── TruncatedJSONError       502 server_error        it ended before the value did
     ├── EngineError                      500 server_error        the model failed mid-generation
+    ├── ToolCallError                    500 server_error        the reply's tool call is malformed
     ├── UseAfterFinishError              500 server_error        input after finish()/close() (a caller's bug)
     ├── UnavailableError                 503 server_error        the server is shutting down
     └── InvalidRequestError              400 invalid_request_error
@@ -19,7 +23,11 @@ lookup table of its own::
         ├── PayloadTooLargeError         413 invalid_request_error
         └── RateLimitError               429 rate_limit_error
 
-Errors carry plain data (``param``, ``code``), never a request object.
+Errors carry plain data (``param``, ``code``, a JSON error's ``offset`` or partial ``value``), never a request
+object. The JSON errors are each a ``ValueError`` as well, so code written for ``json.loads`` (which raises
+``json.JSONDecodeError``, a ``ValueError``) keeps working with ``except ValueError``; they sit under
+``ProtocolError`` because a reply that was asked to be JSON and is not broke the format the client asked for
+(``response_format``), as a broken SSE frame breaks the wire's.
 
 One rule for every incremental object (``Detokenizer``, ``StopMatcher``, ``TextStream``, ``SSEParser``, the
 chunk writers, the doctor's ``ContentDecoder``): its end method (``finish()``, ``close()``, ``flush()``) says the
@@ -31,11 +39,15 @@ whether it comes in the same call or a later one, so every split of the input gi
 
 from __future__ import annotations
 
+from ._json_events import JSONEvent, JSONValue
+
 __all__ = [
     "AuthenticationError",
     "ConfigError",
     "EngineError",
     "InvalidRequestError",
+    "JSONError",
+    "JSONSyntaxError",
     "NotFoundError",
     "PayloadTooLargeError",
     "ProtocolError",
@@ -44,6 +56,8 @@ __all__ = [
     "StreamTruncated",
     "TokenRelayError",
     "TokenizerError",
+    "ToolCallError",
+    "TruncatedJSONError",
     "UnavailableError",
     "UseAfterFinishError",
 ]
@@ -91,8 +105,40 @@ class StreamTruncated(ProtocolError):
     """The stream ended (EOF) before the server said it was finished."""
 
 
+class JSONError(ProtocolError, ValueError):
+    """Text that must be one JSON value (RFC 8259) is not: the family of :class:`JSONSyntaxError` and
+    :class:`TruncatedJSONError` (``tokenrelay.PartialJSON``)."""
+
+
+class JSONSyntaxError(JSONError):
+    """The text cannot be continued into valid JSON; ``offset`` is the offending character's offset in the
+    whole document (code points in Python, UTF-16 code units in the JS twin).
+
+    ``events`` are the events the failing ``feed`` produced before that character, so that the events of every
+    split of a document, joined, are the same up to the error."""
+
+    def __init__(self, message: str, *, offset: int, events: tuple[JSONEvent, ...] = ()) -> None:
+        super().__init__(f"{message} at offset {offset}")
+        self.offset = offset
+        self.events = events
+
+
+class TruncatedJSONError(JSONError):
+    """The text ended before its JSON value did (``finish()`` on an incomplete document, or a reply cut by
+    ``max_tokens``); ``value`` is the snapshot so far (``None`` when no value had started)."""
+
+    def __init__(self, message: str, *, value: JSONValue = None) -> None:
+        super().__init__(message)
+        self.value = value
+
+
 class EngineError(TokenRelayError):
     """The engine failed while generating."""
+
+
+class ToolCallError(TokenRelayError):
+    """The model's reply broke its tool-call format (``_tool_calls``: JSON that cannot continue, a call without
+    a name, a reply that stops inside a call): never passed off as a complete call."""
 
 
 class UseAfterFinishError(TokenRelayError, RuntimeError):

@@ -9,6 +9,10 @@ friends; the tests validate every shape with them and read the frames with the S
 - ``chat.completion.chunk``: the first chunk carries ``delta.role``, then ``delta.content`` chunks, then one
   chunk with an empty delta and ``finish_reason``; with ``stream_options.include_usage`` every chunk has
   ``"usage": null`` and a last chunk has ``"choices": []`` and the usage.
+- tool calls (issue 21): a call's first delta carries ``index``, ``id``, ``type: "function"``,
+  ``function.name`` and ``function.arguments: ""``; its later deltas only ``index`` and an ``arguments``
+  fragment; the finish chunk says ``"tool_calls"``. A whole response has ``message.tool_calls`` (and
+  ``content: null`` when the reply had no text).
 - ``text_completion`` (legacy ``/v1/completions``): ``choices[].text`` instead of a delta.
 - ``data: [DONE]`` ends the stream; an in-stream failure is ``data: {"error": {...}}``.
 - ``return_token_ids`` (vLLM's extension, which tokenrelay's server honours too, so one tokenrelay can be
@@ -164,6 +168,28 @@ class ChatChunkWriter(_ChunkWriter):
         # Joining bytes: concatenating str would widen the whole frame to the text's widest character first.
         return b"".join((self._content_head, encode_basestring(text).encode(), self._content_tail))
 
+    def tool_call(self, index: int, id: str, name: str, token_ids: Sequence[int] | None = None) -> bytes:
+        """The first delta of the reply's ``index``-th tool call: its id and function name, no arguments yet.
+
+        ``token_ids`` (``return_token_ids``): the ids consumed since the previous chunk."""
+        call = {"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}
+        return self._tool_frame(call, token_ids)
+
+    def tool_arguments(self, index: int, text: str, token_ids: Sequence[int] | None = None) -> bytes:
+        """A fragment of the ``index``-th tool call's arguments (the JSON text as the model wrote it)."""
+        return self._tool_frame({"index": index, "function": {"arguments": text}}, token_ids)
+
+    def _tool_frame(self, call: dict[str, object], token_ids: Sequence[int] | None) -> bytes:
+        choice: dict[str, object] = {
+            "index": 0,
+            "delta": {"tool_calls": [call]},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        if token_ids is not None:
+            choice["token_ids"] = list(token_ids)
+        return self._frame(choice)
+
     def finish(self, finish_reason: str, token_ids: Sequence[int] | None = None) -> bytes:
         """The last choice chunk: an empty delta and why generation stopped (``stop``, ``length``, ...).
 
@@ -263,9 +289,20 @@ def chat_completion(
     finish_reason: str,
     usage: Usage,
     system_fingerprint: str | None = None,
+    tool_calls: Sequence[tuple[str, str, str]] = (),
 ) -> dict[str, object]:
-    """A whole (non-streamed) ``chat.completion`` response body."""
-    message = {"role": "assistant", "content": content, "refusal": None}
+    """A whole (non-streamed) ``chat.completion`` response body. ``tool_calls``: ``(id, name, arguments)``
+    of each call the reply made; the message's ``content`` is then ``null`` when the reply had no text."""
+    message: dict[str, object] = {
+        "role": "assistant",
+        "content": None if tool_calls and not content else content,
+        "refusal": None,
+    }
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for id, name, arguments in tool_calls
+        ]
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
     return {
         "id": id,

@@ -1,5 +1,6 @@
-"""The OpenAI wire shapes, read: a stream's chunks (``ChatStreamDecoder``, ``choice_content``) and the error an
-error body stands for (``error_from_body``). ``_openai`` writes the same shapes.
+"""The OpenAI wire shapes, read: a stream's chunks (``ChatStreamDecoder``, ``choice_content``,
+``choice_tool_calls``) and the error an error body stands for (``error_from_body``). ``_openai`` writes the
+same shapes.
 
 Standard library only, sans-I/O: events in (``ServerSentEvent`` from ``SSEParser``), text and errors out.
 """
@@ -7,6 +8,7 @@ Standard library only, sans-I/O: events in (``ServerSentEvent`` from ``SSEParser
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TypeGuard
 
 from ._errors import (
@@ -22,7 +24,14 @@ from ._errors import (
 from ._sse import ServerSentEvent
 from ._stream import Usage
 
-__all__ = ["ChatStreamDecoder", "choice_content", "error_from_body"]
+__all__ = [
+    "ChatStreamDecoder",
+    "StreamedToolCall",
+    "ToolCallDelta",
+    "choice_content",
+    "choice_tool_calls",
+    "error_from_body",
+]
 
 _BY_STATUS: dict[int, type[TokenRelayError]] = {
     400: InvalidRequestError,
@@ -95,6 +104,69 @@ def choice_content(chunk: dict[str, object]) -> tuple[str, str | None] | None:
     return "", None
 
 
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """One entry of a chunk's ``delta.tool_calls``: the call's ``index``, and its ``id`` and ``name`` when the
+    entry carries them (a call's first delta), and an ``arguments`` fragment (``""`` when none)."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass
+class StreamedToolCall:
+    """A tool call as read so far: its ``arguments`` are the fragments joined."""
+
+    index: int
+    id: str | None
+    name: str
+    arguments: str = ""
+
+
+def choice_tool_calls(chunk: dict[str, object]) -> list[ToolCallDelta]:
+    """The tool-call deltas of a parsed chunk's choice 0 (read as :func:`choice_content` reads its text).
+
+    ``delta.tool_calls`` absent or null is none. Otherwise it must be a list of objects each with an integer
+    ``index`` (at least 0) and, when present, a ``function`` object; ``id`` and ``function.name`` are read when
+    they are strings, ``function.arguments`` must be a string when present (null: no fragment). Anything else
+    raises :class:`ProtocolError`. ``web/chat.js`` follows the same rules (``tests/vectors/chat_chunks.json``).
+    """
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return []
+    choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), None)
+    delta = choice.get("delta") if choice is not None else None
+    calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise ProtocolError(f"delta.tool_calls is not a list: {calls!r:.200}")
+    out = []
+    for call in calls:
+        index = call.get("index") if isinstance(call, dict) else None
+        if not isinstance(call, dict) or not _is_count(index) or index < 0:
+            raise ProtocolError(f"a tool call delta without an integer index: {call!r:.200}")
+        function = call.get("function")
+        if function is None:
+            function = {}
+        if not isinstance(function, dict):
+            raise ProtocolError(f"a tool call delta's function is not an object: {call!r:.200}")
+        name, arguments, id = function.get("name"), function.get("arguments"), call.get("id")
+        if arguments is not None and not isinstance(arguments, str):
+            raise ProtocolError(f"a tool call delta's arguments are not a string: {call!r:.200}")
+        out.append(
+            ToolCallDelta(
+                index,
+                id if isinstance(id, str) else None,
+                name if isinstance(name, str) else None,
+                arguments or "",
+            )
+        )
+    return out
+
+
 class ChatStreamDecoder:
     """Reads the events of a chat (or legacy text) completion stream: ``feed(event) -> text delta``.
 
@@ -103,9 +175,14 @@ class ChatStreamDecoder:
     the matching :class:`TokenRelayError`; a chunk that is not JSON, or not an object, or whose ``usage`` has
     no integer token counts, raises :class:`ProtocolError`. An object without a ``choices`` list is not a
     chunk and adds nothing (:attr:`not_chunks` counts them). Choices are read by :func:`choice_content`.
+
+    Tool calls (:func:`choice_tool_calls`) gather in :attr:`tool_calls`, one per index in the order they
+    started: a call's first delta must name its function (a fragment for an index never named is a
+    :class:`ProtocolError`); later ones add ``arguments`` fragments (an ``id`` or ``name`` repeated on them is
+    ignored). :attr:`tool_deltas` are those of the last event fed.
     """
 
-    __slots__ = ("done", "finish_reason", "id", "model", "not_chunks", "usage")
+    __slots__ = ("_calls", "done", "finish_reason", "id", "model", "not_chunks", "tool_deltas", "usage")
 
     def __init__(self) -> None:
         self.done = False  # [DONE] seen
@@ -114,10 +191,26 @@ class ChatStreamDecoder:
         self.id: str | None = None
         self.model: str | None = None
         self.not_chunks = 0
+        self._calls: dict[int, StreamedToolCall] = {}
+        self.tool_deltas: list[ToolCallDelta] = []
 
     @property
     def finished(self) -> bool:
         return self.done or self.finish_reason is not None
+
+    @property
+    def tool_calls(self) -> list[StreamedToolCall]:
+        """The reply's tool calls so far, in the order they started."""
+        return list(self._calls.values())
+
+    def _add_tool_deltas(self, deltas: list[ToolCallDelta]) -> None:
+        for delta in deltas:
+            call = self._calls.get(delta.index)
+            if call is None:
+                if not delta.name:
+                    raise ProtocolError(f"tool call {delta.index}'s first delta has no function name")
+                call = self._calls[delta.index] = StreamedToolCall(delta.index, delta.id, delta.name)
+            call.arguments += delta.arguments
 
     def feed(self, event: ServerSentEvent) -> str:
         """The content this event adds (``""`` when none)."""
@@ -146,6 +239,9 @@ class ChatStreamDecoder:
         if content is None:
             self.not_chunks += 1
             return ""
+        self.tool_deltas = choice_tool_calls(chunk)
+        if self.tool_deltas:
+            self._add_tool_deltas(self.tool_deltas)
         text, reason = content
         if reason is not None:
             self.finish_reason = reason

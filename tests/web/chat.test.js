@@ -204,6 +204,7 @@ describe('ChunkReader', () => {
           finished: reader.done || reader.finishReason !== null,
           error: reader.errorKind,
           not_chunks: reader.notChunks,
+          tool_calls: reader.toolCalls,
         },
         {
           deltas: vector.deltas,
@@ -212,6 +213,7 @@ describe('ChunkReader', () => {
           finished: vector.finished,
           error: vector.error,
           not_chunks: vector.not_chunks,
+          tool_calls: vector.tool_calls,
         },
       );
       assert.equal(reader.content, vector.deltas.join(''));

@@ -7,6 +7,7 @@ import {
   DEFAULT_SETTINGS,
   loadSettings,
   requestBody,
+  responseFormat,
   saveSettings,
   titleFor,
 } from '../../src/tokenrelay/web/store.js';
@@ -148,5 +149,27 @@ describe('settings', () => {
       temperature: 0,
       max_tokens: 5,
     });
+  });
+
+  test('JSON: off by default; on asks for json_object, with a schema for json_schema; a bad schema is named', () => {
+    assert.equal(DEFAULT_SETTINGS.json, false);
+    const messages = [{ role: 'user', content: 'a' }];
+    assert.equal(
+      'response_format' in requestBody({ ...DEFAULT_SETTINGS, jsonSchema: '{}' }, messages),
+      false,
+    );
+    const json = { ...DEFAULT_SETTINGS, json: true };
+    assert.deepEqual(requestBody(json, messages).response_format, { type: 'json_object' });
+    const schema = { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] };
+    assert.deepEqual(requestBody({ ...json, jsonSchema: JSON.stringify(schema) }, messages).response_format, {
+      type: 'json_schema',
+      json_schema: { name: 'reply', schema, strict: true },
+    });
+    assert.match(responseFormat({ ...json, jsonSchema: '{"type": ' }).error, /not JSON/);
+    assert.match(responseFormat({ ...json, jsonSchema: '[1]' }).error, /must be a JSON object/);
+    const storage = memoryStorage();
+    storage.items.set('tokenrelay.settings', JSON.stringify({ json: 'yes', jsonSchema: 5 }));
+    assert.equal(loadSettings(storage).json, false); // only a real true turns it on
+    assert.equal(loadSettings(storage).jsonSchema, '5');
   });
 });

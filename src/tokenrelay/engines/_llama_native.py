@@ -73,6 +73,8 @@ class NativeModel:
         """Most tokens one step may carry (llama.cpp caps the asked-for size at the context size)."""
         self.n_ctx_seq = int(lc.llama_n_ctx_seq(ctx))
         """Cells each sequence may fill: prompt plus reply."""
+        self.n_vocab = int(model.n_vocab())
+        """Token ids run from 0 to ``n_vocab - 1``."""
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self.metadata: dict[str, str] = model.metadata()
 

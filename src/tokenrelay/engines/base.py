@@ -1,4 +1,4 @@
-"""What every engine offers: ``generate(prompt, params)`` as an async iterator of token-id steps.
+"""What every engine offers: ``generate(prompt, params, prompt_ids=...)`` as an async iterator of token-id steps.
 
 An engine produces token ids, never text: text comes from tokenrelay's own detokenizer (``TextStream``), so
 every engine gets the same UTF-8 and stop-string handling. A *step* is the ids one engine iteration produced,
@@ -9,6 +9,13 @@ iterating it, or closes it (``aclose()``, ``contextlib.aclosing``), the engine s
 the step already running finishes. A generation never keeps computing to the end in a thread after its
 consumer is gone. A failure mid-stream raises ``EngineError`` from the iterator, it never hangs.
 
+One tokenization per request (issue 23): the caller tokenizes the prompt once, with ``engine.prompt_ids``
+(the server's intake does it before the response starts, off the event loop for a long prompt;
+``stream_events`` when it is not given them), and hands the ids to ``generate``. An engine that runs the model
+itself (llama.cpp, vLLM) reads those ids and never renders or tokenizes the prompt again; an engine whose
+replicas apply their own chat template (``upstream``) still sends ``prompt``, the messages, and uses the ids
+for nothing but what it must know locally. Both travel together so that every engine takes what it needs.
+
 An engine may set ``stranded = "discard"`` when its own server drops the bytes of a character left unfinished
 at the end of a reply (vLLM's detokenizer never emits them, so a reply cut by ``max_tokens`` inside an emoji
 ends before it); the default, ``"replace"``, ends it with U+FFFD as the tokenizer's full decode does. An engine
@@ -18,6 +25,15 @@ Step times (issue 13): an engine that knows when a step was computed yields it a
 with the step's start and end on ``time.perf_counter`` (the clock ``stream_events`` and the server use); the
 embedded llama.cpp engine times each ``llama_decode`` so, the replay engine its release. Any other step is
 timed by its arrival in ``stream_events``, marked as not measured.
+
+Structured output (issue 20): ``params.constraint`` is a :class:`JSONConstraint` when the request asked for
+JSON (``response_format``), already checked against the subset of JSON Schema tokenrelay can enforce
+(``_schema_subset``). An engine that enforces it constrains every sampled token (the llama.cpp engine with
+llguidance masks, vLLM with its structured outputs, an upstream replica with its own); an engine that can
+refuse a schema before anything runs offers ``check_constraint(constraint)``, which raises
+``InvalidRequestError`` and which the server calls at intake, off the event loop, so a schema it cannot
+compile is a 400, never an error inside a stream. The replay engine ignores the constraint: it replays its
+text, JSON or not.
 
 An engine also stops by itself after ``params.max_tokens`` ids and after yielding an end-of-sequence id (one
 of ``stop_token_ids``); ``TextStream`` does the same bookkeeping, so the two never disagree about where a
@@ -43,6 +59,7 @@ __all__ = [
     "ChatMessage",
     "Engine",
     "EngineFinished",
+    "JSONConstraint",
     "Prompt",
     "PromptTokens",
     "SamplingParams",
@@ -130,13 +147,28 @@ _INLINE_PROMPT_IDS = 512
 
 
 @dataclass(frozen=True)
+class JSONConstraint:
+    """The reply must be one JSON value: any JSON object (``schema is None``: ``{"type": "json_object"}``) or
+    one valid against ``schema``, a JSON Schema as compact JSON text (its property order kept: engines generate
+    properties in that order). ``name``, ``description`` and ``strict`` are the request's, passed on to
+    upstream servers as given. Hashable, so engines can cache what they compile from it."""
+
+    schema: str | None = None
+    name: str | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
+    """How to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable; ``constraint``, when
+    set, is the JSON the reply must be (see the module docstring)."""
 
     max_tokens: int | None = 256
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    constraint: JSONConstraint | None = None
 
     def __post_init__(self) -> None:
         # The OpenAI API's own bounds, so a bad request is a 400 naming the field, not an engine crash.
@@ -171,8 +203,12 @@ class Engine(Protocol):
         """The ids the model reads for ``prompt`` (after any chat template), for usage counting."""
         ...
 
-    def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
-        """Token-id steps for ``prompt``; stops promptly when cancelled or closed (see module docstring)."""
+    def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
+        """Token-id steps for ``prompt``, whose ids are ``prompt_ids`` (``self.prompt_ids(prompt)``, computed
+        once by the caller: the engine does not tokenize again); stops promptly when cancelled or closed (see
+        module docstring)."""
         ...
 
     async def aclose(self) -> None:
@@ -243,7 +279,7 @@ async def stream_events(
         stream = await asyncio.get_running_loop().run_in_executor(executor, text_stream)
     timeline = StepTimeline() if step_times else None
     end_reason: FinishReason = "stop"
-    steps = engine.generate(prompt, params)
+    steps = engine.generate(prompt, params, prompt_ids=prompt_ids)
     try:
         async for step in steps:
             now = clock()

@@ -39,7 +39,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -257,22 +257,29 @@ class LlamaCppEngine:
         # same); a raw prompt gets the BOS the GGUF asks for (llama_tokenize adds one only where it does).
         return self._native.tokenize(text, add_bos=isinstance(prompt, str), special=True)
 
-    async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
         if self._closed:
             raise EngineError(f"{self._model}: the engine is closed")
         loop = asyncio.get_running_loop()
-        # Off the event loop: a long prompt takes a while to template and tokenize (llama.cpp's vocabulary is
-        # read-only, so this thread and the decode worker may use it at once, as llama-server's threads do).
-        prompt_ids = await loop.run_in_executor(None, self.prompt_ids, prompt)
+        # The ids are the caller's (``self.prompt_ids(prompt)``, the server's intake): read as they are, never
+        # rendered or tokenized again (issue 23). An id outside the vocabulary would fail llama_decode for
+        # every request in its step, so it is refused here.
         room = self.n_ctx - len(prompt_ids)
+        param = "messages" if not isinstance(prompt, str) else "prompt"
         if room < 1 or not prompt_ids:
             raise InvalidRequestError(
                 f"prompt is {len(prompt_ids)} tokens; the context holds {self.n_ctx}",
-                param="messages" if not isinstance(prompt, str) else "prompt",
+                param=param,
                 code="context_length_exceeded",
             )
+        if not 0 <= min(prompt_ids) <= max(prompt_ids) < self._native.n_vocab:
+            raise InvalidRequestError(
+                f"prompt holds a token id outside the vocabulary (0..{self._native.n_vocab - 1})", param=param
+            )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
-        request = _Request(prompt_ids, params, limit, loop)
+        request = _Request(list(prompt_ids), params, limit, loop)
         self._inbox.put(request)
         finished = False
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from tokenrelay._errors import ConfigError, EngineError
 from tokenrelay._protocols import Tokenizer
@@ -98,7 +98,10 @@ class ReplayEngine:
 
     def reply_ids(self, prompt: Prompt, params: SamplingParams | None = None) -> list[int]:
         """Every id ``generate`` would yield for ``prompt``, in order (EOS included, max_tokens applied)."""
-        ids = list(self._ids) if self._ids is not None else self._tokenizer.encode(render_plain_chat(prompt))
+        return self._reply(self._ids if self._ids is not None else self.prompt_ids(prompt), params)
+
+    def _reply(self, replayed: Sequence[int], params: SamplingParams | None) -> list[int]:
+        ids = list(replayed)
         if self._eos_id is not None:
             ids.append(self._eos_id)
         if params is not None and params.max_tokens is not None:
@@ -129,8 +132,10 @@ class ReplayEngine:
             delays.append(delay)
         return delays
 
-    async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
-        ids = self.reply_ids(prompt, params)
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
+        ids = self._reply(prompt_ids if self._ids is None else self._ids, params)
         burst = self._burst
         released = 0
         # Each step's ids are sliced when it is due, not all up front: a stream holds no list per step while it

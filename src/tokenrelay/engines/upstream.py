@@ -164,7 +164,12 @@ class UpstreamEngine:
         # continues a prompt) and count usage. A text prompt is exact; a chat prompt is counted as plain turns.
         return self._tokenizer.encode(render_plain_chat(prompt))
 
-    async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
+        # The replicas apply their own chat template (and say how many tokens the prompt was: PromptTokens),
+        # so the messages are what is sent; ``prompt_ids``, our tokenizer's count, is not needed here.
+        del prompt_ids
         try:
             path, body = request(
                 self.protocol,

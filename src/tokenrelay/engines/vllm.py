@@ -7,9 +7,10 @@ continuous batching and parallelism are its own: its options (``tensor_parallel_
 ``pipeline_parallel_size``, ``data_parallel_size``, ``distributed_executor_backend="ray"``,
 ``max_model_len``, ``dtype``, ``enforce_eager``) pass straight to ``AsyncEngineArgs``.
 
-Prompts are tokenized here, the way vLLM's OpenAI server does it (chat turns through the model's chat
-template, then the tokenizer without extra special tokens; a text prompt with them), and sent as token ids,
-so the ids tokenrelay counts and detokenizes against are the ones the model read.
+Prompts are tokenized by ``prompt_ids``, the way vLLM's OpenAI server does it (chat turns through the model's
+chat template, then the tokenizer without extra special tokens; a text prompt with them), once per request
+(the caller passes the ids to ``generate``), and sent as token ids, so the ids tokenrelay counts and
+detokenizes against are the ones the model read.
 
 Cancellation: closing the generator (the client left) aborts the vLLM request at once.
 
@@ -25,7 +26,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,9 @@ class VLLMEngine:
         )
         return list(self._hf.encode(text, add_special_tokens=False))
 
-    async def generate(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[Step]:
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
         sampling = self._sampling_params(
             max_tokens=params.max_tokens,
             temperature=params.temperature,
@@ -173,7 +176,8 @@ class VLLMEngine:
             output_kind=self._delta,  # each output holds only the new ids
         )
         request_id = "tokenrelay-" + uuid.uuid4().hex
-        tokens_prompt = {"prompt_token_ids": self.prompt_ids(prompt)}  # vLLM's TokensPrompt (a TypedDict)
+        # vLLM's TokensPrompt (a TypedDict): the caller's ids (self.prompt_ids), not a second tokenization.
+        tokens_prompt = {"prompt_token_ids": list(prompt_ids)}
         outputs = self._llm.generate(tokens_prompt, sampling, request_id)
         finished = False
         try:

@@ -74,7 +74,7 @@ class _Server:
     def __init__(self, engine: Engine, config: ServerConfig) -> None:
         self.engine = engine
         self.config = config
-        self.metrics = ServerMetrics(engine.model)
+        self.metrics = ServerMetrics(engine.model, ENDPOINTS)
         collector = getattr(engine, "metrics_collector", None)  # an engine's own numbers (upstream replicas)
         if collector is not None:
             self.metrics.registry.register(collector())

@@ -17,7 +17,7 @@ import base64
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,10 +29,18 @@ from tokenrelay.doctor._payload import DiagnosticPlan
 from tokenrelay.doctor._recording import Chunk, Exchange
 from tokenrelay.doctor._report import Check, Report, Status
 
-if TYPE_CHECKING:
-    from tokenrelay.server.diagnostics import DiagnosticsRegistry
+__all__ = ["StreamRecords", "doctor_page_routes"]
 
-__all__ = ["doctor_page_routes"]
+
+class _Record(Protocol):
+    def to_json(self) -> dict[str, object]: ...
+
+
+class StreamRecords(Protocol):
+    """Where the report endpoint looks up what the server did for a stream (``diagnostics``' registry)."""
+
+    def get(self, stream: str) -> _Record | None: ...
+
 
 WEB_DIR = Path(__file__).resolve().parents[1] / "web"
 # The page's own files, and the chat page's modules it shares (used as is, never edited): the SSE parser,
@@ -108,7 +116,7 @@ def _lanes_check(lanes: dict[str, object]) -> Check:
     )
 
 
-def report_endpoint(registry: DiagnosticsRegistry) -> Callable[[Request], Awaitable[Response]]:
+def report_endpoint(registry: StreamRecords) -> Callable[[Request], Awaitable[Response]]:
     """``POST {prefix}/report``: a browser's recording of a diagnostic stream in, the doctor's report out."""
 
     async def report(request: Request) -> Response:
@@ -138,7 +146,7 @@ def report_endpoint(registry: DiagnosticsRegistry) -> Callable[[Request], Awaita
     return report
 
 
-def doctor_page_routes(registry: DiagnosticsRegistry, prefix: str) -> list[BaseRoute]:
+def doctor_page_routes(registry: StreamRecords, prefix: str) -> list[BaseRoute]:
     """The page at ``/doctor``, its files under ``/doctor/``, and the report endpoint under ``prefix``."""
     return [
         Route("/doctor", _page, methods=["GET"], include_in_schema=False),

@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tokenrelay._errors import EngineError, TokenRelayError, UnavailableError
 from tokenrelay._openai import (
@@ -35,14 +35,18 @@ from tokenrelay._stream import Finished, TextDelta
 from tokenrelay.engines.base import stream_events
 
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
+from .tool_replies import tool_body, tool_frames
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
-    from .app import _Server
-    from .intake import Prepared
+    from tokenrelay.engines.base import Engine
 
-__all__ = ["ENDPOINTS", "Endpoint", "Run", "error_bytes", "shutting_down"]
+    from .admission import Admission
+    from .intake import Intake, Prepared
+    from .metrics import ServerMetrics
+
+__all__ = ["ENDPOINTS", "Endpoint", "Run", "RunHost", "error_bytes", "shutting_down"]
 
 log = logging.getLogger("tokenrelay.server")
 
@@ -90,6 +94,25 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:.1f}ms"
 
 
+class RunHost(Protocol):
+    """What a ``Run`` needs of the server it runs in (the app's state provides it; a run never sees the app).
+
+    The engine and the intake's thread pool to generate with, the admission slots, the metrics to count into,
+    and the set of live runs it leaves when done.
+    """
+
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def intake(self) -> Intake: ...
+    @property
+    def admission(self) -> Admission: ...
+    @property
+    def metrics(self) -> ServerMetrics: ...
+    @property
+    def live(self) -> set[Run]: ...
+
+
 class Run:
     """One generation request: frames or a body out, then metrics and one log line."""
 
@@ -109,7 +132,7 @@ class Run:
         "started",
     )
 
-    def __init__(self, server: _Server, prepared: Prepared, endpoint: str) -> None:
+    def __init__(self, server: RunHost, prepared: Prepared, endpoint: str) -> None:
         self.server = server
         self.gen = gen = prepared.gen
         self.prompt_ids = prepared.prompt_ids
@@ -145,6 +168,13 @@ class Run:
             step_times=step_times,
         )
 
+    # For tool_replies (issue 21), which reads the events and reports a failure as the token path does.
+    def events(self, step_times: bool = False) -> AsyncIterator[TextDelta | Finished]:
+        return self._stream(step_times)
+
+    def fail(self, exc: BaseException) -> TokenRelayError:
+        return self._fail(exc)
+
     def _fail(self, exc: BaseException) -> TokenRelayError:
         if isinstance(exc, TokenRelayError):
             # Kept without its traceback, whose frames hold this run: no cycle outlives the request.
@@ -156,6 +186,10 @@ class Run:
 
     async def frames(self) -> AsyncIterator[bytes]:
         server, gen = self.server, self.gen
+        if gen.tools is not None:  # a reply that may call tools: its own path, so others pay nothing
+            async for frame in tool_frames(self):
+                yield frame
+            return
         writer_cls = ChatChunkWriter if gen.kind == "chat" else TextChunkWriter
         writer = writer_cls(
             id=self.id, model=gen.model, created=self.created, include_usage=gen.include_usage
@@ -205,6 +239,8 @@ class Run:
 
     async def body(self) -> tuple[int, bytes]:
         gen = self.gen
+        if gen.tools is not None:
+            return await tool_body(self)
         parts: list[str] = []
         ids: list[int] = []
         try:

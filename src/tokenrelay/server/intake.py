@@ -155,8 +155,16 @@ class Intake:
 
     async def prepare(self, body: bytes, kind: Literal["chat", "completion"]) -> Prepared:
         if len(body) <= INLINE_BODY_BYTES:
-            return self._prepare(body, kind)
-        return await asyncio.get_running_loop().run_in_executor(self.pool, self._prepare, body, kind)
+            prepared = self._prepare(body, kind)
+        else:
+            prepared = await asyncio.get_running_loop().run_in_executor(self.pool, self._prepare, body, kind)
+        constraint = prepared.gen.params.constraint
+        check = getattr(self.engine, "check_constraint", None)  # engines that compile a schema (issue 20)
+        if constraint is not None and check is not None:
+            # Compiling a grammar can take a while (tens of ms for a 20,000-value enum): off the event loop, and
+            # before the status line, so a schema the engine cannot compile is a 400, not an in-stream error.
+            await asyncio.get_running_loop().run_in_executor(self.pool, check, constraint)
+        return prepared
 
     def _prepare(self, body: bytes, kind: Literal["chat", "completion"]) -> Prepared:
         gen = parse_generation(

@@ -25,8 +25,6 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
 from tokenrelay import __version__
 
-from .generation import ENDPOINTS
-
 __all__ = ["CONTENT_TYPE", "ERROR_TYPES", "ServerMetrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -103,7 +101,10 @@ class _WithoutCreated:
 
 
 class ServerMetrics:
-    def __init__(self, model: str) -> None:
+    """The metrics of a server for ``model``; ``endpoints`` are the generation paths its requests are counted
+    by (``generation.ENDPOINTS``), each with a series at zero."""
+
+    def __init__(self, model: str, endpoints: Iterable[str]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         m = ["model"]
@@ -154,7 +155,7 @@ class ServerMetrics:
         self.completion_tokens = self.tokens.labels("completion")
         self.requests_by_route = {
             (endpoint, stream): self.requests.labels(endpoint, "true" if stream else "false")
-            for endpoint in ENDPOINTS
+            for endpoint in endpoints
             for stream in (True, False)
         }
         for error_type in ERROR_TYPES:

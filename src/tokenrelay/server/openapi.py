@@ -15,6 +15,8 @@ from typing import Any
 
 from .generation import ENDPOINTS
 from .requests import MAX_STOPS, ROLES
+from .response_format import openapi_schemas
+from .tools import MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_CHARS, TOOL_CHOICES, TOOL_NAME
 
 __all__ = ["GENERATION_ERRORS", "describe"]
 
@@ -50,14 +52,113 @@ _OFF: dict[str, JSON] = {
     "presence_penalty": {"enum": [None, 0]},
     "frequency_penalty": {"enum": [None, 0]},
     "logit_bias": {"anyOf": [{"type": "null"}, {"type": "object", "maxProperties": 0}]},
-    "tools": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
-    "tool_choice": {"enum": [None, "none", "auto"]},
     "functions": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
     "function_call": {"enum": [None, "none", "auto"]},
-    "response_format": {"anyOf": [{"type": "null"}, {"const": {"type": "text"}}]},
     "prediction": {"type": "null"},
     "modalities": {"anyOf": [{"type": "null"}, {"const": ["text"]}]},
     "audio": {"type": "null"},
+}
+
+
+# Legacy completions take no tools: they are refused unless off.
+_OFF_COMPLETIONS: dict[str, JSON] = {
+    "tools": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
+    "tool_choice": {"enum": [None, "none", "auto"]},
+    "parallel_tool_calls": {"type": ["boolean", "null"]},
+}
+
+
+def _tool_schemas(text: JSON) -> dict[str, JSON]:
+    return {
+        "FunctionDefinition": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "pattern": f"^{TOOL_NAME.pattern}$"},
+                "description": {"type": ["string", "null"]},
+                "parameters": {
+                    "type": ["object", "null"],
+                    "description": "the JSON Schema of the arguments object: the types of its keywords are "
+                    f"checked, at most {MAX_SCHEMA_DEPTH} levels deep (a 400 naming the field otherwise)",
+                },
+                "strict": {"type": ["boolean", "null"]},
+            },
+        },
+        "Tool": {
+            "type": "object",
+            "required": ["type", "function"],
+            "properties": {"type": {"const": "function"}, "function": _ref("FunctionDefinition")},
+        },
+        "ToolCall": {
+            "type": "object",
+            "required": ["id", "function"],
+            "properties": {
+                "id": {"type": "string"},
+                "type": {"const": "function"},
+                "function": {
+                    "type": "object",
+                    "required": ["name", "arguments"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "arguments": {"type": "string", "description": "JSON text"},
+                    },
+                },
+            },
+        },
+        "ToolMessage": {
+            "type": "object",
+            "description": "A tool's result; its tool_call_id must be the id of a call an earlier assistant "
+            "turn of the same request made (a 400 `unknown_tool_call` otherwise)",
+            "required": ["role", "tool_call_id"],
+            "properties": {
+                "role": {"const": "tool"},
+                "tool_call_id": {"type": "string"},
+                "content": {"anyOf": [{"type": "null"}, text, {"type": "array", "items": _ref("TextPart")}]},
+            },
+        },
+    }
+
+
+def _tools_fields() -> dict[str, JSON]:
+    return {
+        "tools": {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "array", "maxItems": MAX_TOOLS, "uniqueItems": True, "items": _ref("Tool")},
+            ],
+            "description": f"function tools, their names unique (a 400 `duplicate_tool_name` otherwise), at "
+            f"most {MAX_TOOLS_CHARS} characters of JSON in all",
+        },
+        "tool_choice": {
+            "anyOf": [
+                {"type": "null"},
+                {"enum": list(TOOL_CHOICES)},
+                {
+                    "type": "object",
+                    "required": ["type", "function"],
+                    "properties": {
+                        "type": {"const": "function"},
+                        "function": {
+                            "type": "object",
+                            "required": ["name"],
+                            "properties": {"name": {"type": "string"}},
+                        },
+                    },
+                    "description": "this function must be called: it must be one of `tools` (a 400 "
+                    "`unknown_tool` otherwise)",
+                },
+            ]
+        },
+        "parallel_tool_calls": {"type": ["boolean", "null"]},
+    }
+
+
+# "required" or a named function asks for a call: the request must offer tools.
+_CALL_NEEDS_TOOLS: JSON = {
+    "anyOf": [
+        {"properties": {"tool_choice": {"enum": [None, "none", "auto"]}}},
+        {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+    ]
 }
 
 
@@ -80,6 +181,7 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
             ]
         },
         "n": {"type": "integer", "enum": [1]},
+        "response_format": {"anyOf": [{"type": "null"}, _ref("ResponseFormat")]},
         **_OFF,
     }
     return {
@@ -126,6 +228,7 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
                 },
             },
         },
+        **openapi_schemas(_ref),
         "TextPart": {
             "type": "object",
             "required": ["type", "text"],
@@ -135,18 +238,38 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
             "type": "object",
             "required": ["role"],
             "properties": {
-                "role": {"enum": list(ROLES)},
+                "role": {"enum": [r for r in ROLES if r != "tool"]},
                 "content": {"anyOf": [{"type": "null"}, text, {"type": "array", "items": _ref("TextPart")}]},
+                "tool_calls": {
+                    "anyOf": [{"type": "null"}, {"type": "array", "items": _ref("ToolCall")}],
+                    "description": "assistant turns only",
+                },
             },
+            # Only an assistant turn makes calls (written without if/then: a fuzzer cannot negate those).
+            "anyOf": [
+                {"properties": {"role": {"const": "assistant"}}},
+                {
+                    "properties": {
+                        "tool_calls": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}
+                    }
+                },
+            ],
         },
+        **_tool_schemas(text),
         "ChatCompletionRequest": {
             "type": "object",
             "required": ["messages"],
             "properties": {
-                "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
+                "messages": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"anyOf": [_ref("ChatMessage"), _ref("ToolMessage")]},
+                },
                 "max_completion_tokens": max_tokens,
                 **common,
+                **_tools_fields(),
             },
+            **_CALL_NEEDS_TOOLS,
         },
         "CompletionRequest": {
             "type": "object",
@@ -154,6 +277,7 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
             "properties": {
                 "prompt": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1, "items": text}]},
                 **common,
+                **_OFF_COMPLETIONS,
             },
         },
         "Completion": {

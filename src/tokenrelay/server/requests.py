@@ -5,8 +5,13 @@ server answers with an OpenAI-shaped 400 and keeps serving: invalid UTF-8, malfo
 ``Infinity`` are not JSON, and nesting deep enough to exhaust the parser is refused, issue 12), a body that is
 not an object, missing or mistyped fields, values out of range, text holding a lone surrogate (``"\ud800"``
 is valid JSON but not Unicode text), a prompt over ``max_prompt_chars``, and fields we do not implement that
-would change the result (``n`` ≠ 1, penalties, logprobs, tools, …) — those are refused, never silently
-ignored. Fields that do not change the result (``user``, ``metadata``, ``store``, …) are accepted and ignored.
+would change the result (``n`` ≠ 1, penalties, logprobs, legacy ``functions``, …) — those are refused, never
+silently ignored. ``response_format`` (text, JSON, JSON Schema) is read by ``response_format.py``, on both
+endpoints. Fields that do not change the result (``user``, ``metadata``, ``store``, …) are accepted and
+ignored.
+
+Tools (issue 21, chat only) are read by ``tools.py``; here, the turns that hold calls and results: a ``tool``
+turn must answer a call an earlier assistant turn made (``unknown_tool_call``).
 
 Types are strict, as OpenAI's are: ``"stream": "yes"``, ``"max_tokens": "5"`` or ``true`` are 400s naming the
 field, not coerced (an integer is accepted where a number is expected, and a number with no fraction where
@@ -19,18 +24,23 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from tokenrelay._errors import InvalidRequestError
+from tokenrelay._tools import ToolRequest, chat_with_tools
 from tokenrelay.engines.base import ChatMessage, Prompt, SamplingParams
+
+from .response_format import ResponseFormat, constraint_from
+from .tools import NamedToolChoice, ToolBody, ToolCallBody, history_call, tool_request
 
 __all__ = ["ChatCompletionBody", "CompletionBody", "Generation", "parse_generation"]
 
 MAX_STOPS = 16
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 # strict: no coercion from strings or booleans; allow_inf_nan: a non-finite number is refused by name.
@@ -55,6 +65,8 @@ class Message(BaseModel):
     model_config = _STRICT
     role: str
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallBody] | None = None  # assistant turns
+    tool_call_id: str | None = None  # tool turns: the call this result answers
 
 
 def _integral(value: object) -> object:
@@ -79,11 +91,16 @@ class _Common(BaseModel):
     stop: str | list[str] | None = None
     n: Integer = 1
     return_token_ids: bool = False  # vLLM's extension: token ids in every chunk, prompt ids in the first
+    # Issue 20: on the legacy endpoint too, as vLLM and llama-server take it there.
+    response_format: ResponseFormat | None = None
 
 
 class ChatCompletionBody(_Common):
     messages: list[Message]
     max_completion_tokens: Integer | None = None
+    tools: list[ToolBody] | None = None
+    tool_choice: str | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionBody(_Common):
@@ -100,11 +117,11 @@ _UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0),
     "logit_bias": (None, {}),
-    "tools": (None, []),
+    "tools": (None, []),  # /v1/completions: chat declares them (ChatCompletionBody)
     "tool_choice": (None, "none", "auto"),
+    "parallel_tool_calls": (None, True, False),
     "functions": (None, []),
     "function_call": (None, "none", "auto"),
-    "response_format": (None, {"type": "text"}),
     "prediction": (None,),
     "modalities": (None, ["text"]),
     "audio": (None,),
@@ -124,6 +141,7 @@ class Generation:
     include_usage: bool
     return_token_ids: bool = False
     step_times: bool = False
+    tools: ToolRequest | None = None  # chat requests whose reply may call tools (tool_choice not "none")
 
 
 def _loads(body: bytes) -> dict[str, Any]:
@@ -236,33 +254,66 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _messages(messages: list[Message]) -> list[ChatMessage]:
+def _content(m: Message, i: int) -> str:
+    if isinstance(m.content, list):
+        texts = []
+        for j, part in enumerate(m.content):
+            if part.type != "text" or part.text is None:
+                raise InvalidRequestError(
+                    f"messages[{i}].content[{j}]: only text parts are supported",
+                    param=f"messages.{i}.content.{j}",
+                    code="unsupported_parameter",
+                )
+            _check_text(part.text, f"messages.{i}.content.{j}.text")
+            texts.append(part.text)
+        return "".join(texts)
+    content = m.content or ""
+    _check_text(content, f"messages.{i}.content")
+    return content
+
+
+def _messages(messages: list[Message], tools: ToolRequest | None) -> Sequence[ChatMessage]:
+    """Plain turns, or a ``ChatWithTools`` when the request has tools or the conversation tool calls."""
     if not messages:
         raise InvalidRequestError("messages must not be empty", param="messages")
     out: list[ChatMessage] = []
+    turns: list[dict[str, object]] = []  # OpenAI-shaped, for templates that take tools
+    calls: set[str] = set()  # ids of the calls made so far: a tool turn answers one of them
+    with_tools = tools is not None
     for i, m in enumerate(messages):
         if m.role not in ROLES:
             raise InvalidRequestError(
                 f"messages[{i}].role must be one of {', '.join(ROLES)}", param=f"messages.{i}.role"
             )
-        if isinstance(m.content, list):
-            texts = []
-            for j, part in enumerate(m.content):
-                if part.type != "text" or part.text is None:
-                    raise InvalidRequestError(
-                        f"messages[{i}].content[{j}]: only text parts are supported",
-                        param=f"messages.{i}.content.{j}",
-                        code="unsupported_parameter",
-                    )
-                _check_text(part.text, f"messages.{i}.content.{j}.text")
-                texts.append(part.text)
-            content = "".join(texts)
-        else:
-            content = m.content or ""
-            _check_text(content, f"messages.{i}.content")
+        content = _content(m, i)
         role = "system" if m.role == "developer" else m.role
         out.append({"role": role, "content": content})
-    return out
+        turn: dict[str, object] = {"role": role, "content": content}
+        if m.tool_calls is not None and m.tool_calls:
+            if role != "assistant":
+                raise InvalidRequestError(
+                    f"messages[{i}].tool_calls: only assistant turns make tool calls",
+                    param=f"messages.{i}.tool_calls",
+                )
+            turn["content"] = content or None
+            turn["tool_calls"] = [history_call(c, i, j) for j, c in enumerate(m.tool_calls)]
+            calls.update(c.id for c in m.tool_calls)
+            with_tools = True
+        if role == "tool":
+            param = f"messages.{i}.tool_call_id"
+            if m.tool_call_id is None:
+                raise InvalidRequestError(f"messages[{i}]: a tool turn needs its tool_call_id", param=param)
+            if m.tool_call_id not in calls:
+                raise InvalidRequestError(
+                    f"messages[{i}].tool_call_id {m.tool_call_id!r} answers no tool call of an earlier "
+                    "assistant turn",
+                    param=param,
+                    code="unknown_tool_call",
+                )
+            turn["tool_call_id"] = m.tool_call_id
+            with_tools = True
+        turns.append(turn)
+    return chat_with_tools(turns, tools) if with_tools else out
 
 
 def _validate(body: bytes, model: type[_Common]) -> _Common:
@@ -317,9 +368,14 @@ def parse_generation(
     if max_tokens is None:
         max_tokens = min(default_max_tokens, max_tokens_limit)
     prompt: Prompt
+    tools: ToolRequest | None = None
     if isinstance(req, ChatCompletionBody):
-        prompt = _messages(req.messages)
-        size, prompt_param = sum(len(m["content"]) for m in prompt), "messages"
+        tools = tool_request(req.tools, req.tool_choice, req.parallel_tool_calls)
+        turns = _messages(req.messages, tools)
+        prompt = turns
+        size, prompt_param = sum(len(m["content"]) for m in turns), "messages"
+        if tools is not None and tools.choice == "none":
+            tools = None  # the reply calls nothing: no extraction, no constraint
     else:
         assert isinstance(req, CompletionBody)
         if isinstance(req.prompt, list):
@@ -341,7 +397,11 @@ def parse_generation(
             code="prompt_too_long",
         )
     params = SamplingParams(
-        max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed
+        max_tokens=max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        constraint=constraint_from(req.response_format),
     )
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     step_times = bool(req.stream and req.stream_options and req.stream_options.include_step_times)
@@ -355,4 +415,5 @@ def parse_generation(
         include_usage,
         req.return_token_ids,
         step_times,
+        tools,
     )

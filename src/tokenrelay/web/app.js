@@ -11,11 +11,12 @@
 import { BlockRenderer } from './blocks.js';
 import { streamChat } from './chat.js';
 import { createHighlighter } from './code.js';
+import { JSONView } from './json_view.js';
 import { RelayRecorder, drawLanes, heldText } from './lanes.js';
 import { createMarkdown } from './markdown.js';
 import { SettingsPanel } from './settings.js';
 import { Smoother } from './smoother.js';
-import { ConversationStore, loadSettings, requestBody } from './store.js';
+import { ConversationStore, loadSettings, requestBody, responseFormat } from './store.js';
 import {
   actionButton,
   addCodeCopyButtons,
@@ -109,16 +110,22 @@ async function ask() {
 async function reply() {
   // The conversation this answer belongs to: another may be open by the time it ends (it is then stopped).
   const chat = conversation;
-  const turn = addTurn(conversationEl, 'assistant');
+  const format = responseFormat(settings);
+  if (format.error !== undefined) {
+    pageError(`Error: ${format.error}. Fix it in the settings, or turn JSON off.`);
+    panel.open('json-schema');
+    return;
+  }
+  const json = format.responseFormat !== undefined;
+  const turn = addTurn(conversationEl, 'assistant', json ? 'json' : 'markdown');
   turn.article.classList.add('streaming');
   keepScrolled();
   let stats = null;
   // The relay toggle: this reply's hops are recorded (and the server asked for step times) only when on.
   const relayStart = performance.now();
   const relay = relayOn() ? new RelayRecorder(() => performance.now() - relayStart) : null;
-  const view = new MarkdownView({
+  const options = {
     container: turn.body,
-    renderer: new BlockRenderer(md, { highlight }),
     smoother: newSmoother(),
     // The live numbers go into the same frame as the text: still one DOM write per frame.
     onWrite: () => {
@@ -126,7 +133,10 @@ async function reply() {
       relay?.painted(); // this frame draws everything handed to the view so far
       keepScrolled();
     },
-  });
+  };
+  const view = json
+    ? new JSONView(options)
+    : new MarkdownView({ ...options, renderer: new BlockRenderer(md, { highlight }) });
   const controller = new AbortController();
   current = { controller, view };
   setBusy(true);
@@ -151,14 +161,16 @@ async function reply() {
   // What was shown stays in the conversation, even when cut short, so the next turn sees the same thing.
   const { status, error, finishReason, ttftMs, tokensPerSecond, tokens, totalMs } = outcome;
   const summary = { status, error, finishReason, ttftMs, tokensPerSecond, tokens, totalMs };
-  chat.messages.push({ role: 'assistant', content: outcome.content, outcome: summary });
+  const message = { role: 'assistant', content: outcome.content, outcome: summary };
+  if (json) message.format = 'json';
+  chat.messages.push(message);
   store.save(chat);
   renderHistory();
   setBusy(false);
   if (chat !== conversation) return;
   showOutcome(turn, outcome);
   if (relay !== null && relay.records.length > 0) showRelay(turn, relay.result());
-  addCodeCopyButtons(turn.body);
+  if (!json) addCodeCopyButtons(turn.body);
   addActions(turn, chat.messages.length - 1);
   keepScrolled();
   if (outcome.httpStatus === 401) {
@@ -178,8 +190,16 @@ function showUserTurn(index) {
 
 function showAssistantTurn(index) {
   const message = conversation.messages[index];
-  const turn = addTurn(conversationEl, 'assistant');
-  if (md !== null) {
+  const turn = addTurn(conversationEl, 'assistant', message.format === 'json' ? 'json' : 'markdown');
+  if (message.format === 'json') {
+    // A kept JSON reply: the same tree, built in one go.
+    const view = new JSONView({
+      container: turn.body,
+      requestFrame: (callback) => callback(performance.now()),
+    });
+    if (message.content !== '') view.append(message.content);
+    view.end();
+  } else if (md !== null) {
     // A kept reply is drawn in one go: the same renderer and view, with frames run at once.
     const view = new MarkdownView({
       container: turn.body,

@@ -46,6 +46,10 @@ const isCount = (value) => typeof value === 'number' && Number.isInteger(value);
  * integer counts, is a protocol error; an `error` member is the server's error; an object without a
  * `choices` list is not a chunk and adds nothing; the choice read is the one whose index is 0 (a missing
  * index is 0): its delta.content (or a legacy text) and its finish_reason, when they are strings.
+ * Tool calls (delta.tool_calls, issue 21) gather in `toolCalls`, one per index in the order they started:
+ * tool_calls must be a list of objects with an integer index ≥ 0, a `function` (when present) an object whose
+ * `arguments` (when present and not null) is a string; a call's first delta must name its function; later
+ * ones add argument fragments (an id or name they repeat is ignored). Anything else is a protocol error.
  */
 export class ChunkReader {
   constructor() {
@@ -58,6 +62,9 @@ export class ChunkReader {
     this.chunks = 0; // chunks that carried content: the token count when the server sends no usage
     this.notChunks = 0; // JSON objects without a choices list (ignored)
     this.timing = null; // the last chunk's `tokenrelay` field (stream_options.include_step_times), if any
+    /** @type {{index: number, id: string | null, name: string, arguments: string}[]} */
+    this.toolCalls = [];
+    this.toolDeltas = []; // the last event's tool-call deltas: {index, id, name, arguments} (null when absent)
   }
 
   /** @param {{data: string}} event @returns {string} content added by this event */
@@ -89,13 +96,48 @@ export class ChunkReader {
       return '';
     }
     const choice = chunk.choices.find((c) => isObject(c) && (Object.hasOwn(c, 'index') ? c.index : 0) === 0);
+    this.toolDeltas = [];
     if (choice === undefined) return '';
+    if (isObject(choice.delta) && choice.delta.tool_calls !== undefined && choice.delta.tool_calls !== null) {
+      const problem = this.readToolCalls(choice.delta.tool_calls);
+      if (problem !== null) return this.fail('protocol', problem);
+    }
     if (typeof choice.finish_reason === 'string') this.finishReason = choice.finish_reason;
     const text = isObject(choice.delta) ? choice.delta.content : choice.text;
     if (typeof text !== 'string' || text === '') return '';
     this.content += text;
     this.chunks += 1;
     return text;
+  }
+
+  /** Reads one delta's tool_calls into `toolCalls`; a description of what is wrong, or null. */
+  readToolCalls(calls) {
+    if (!Array.isArray(calls)) return 'bad tool calls from the server';
+    const deltas = [];
+    for (const call of calls) {
+      if (!isObject(call) || !isCount(call.index) || call.index < 0) return 'bad tool call from the server';
+      const fn = call.function ?? {};
+      if (!isObject(fn)) return 'bad tool call from the server';
+      const args = fn.arguments ?? '';
+      if (typeof args !== 'string') return 'bad tool call arguments from the server';
+      deltas.push({
+        index: call.index,
+        id: typeof call.id === 'string' ? call.id : null,
+        name: typeof fn.name === 'string' ? fn.name : null,
+        arguments: args,
+      });
+    }
+    for (const delta of deltas) {
+      let known = this.toolCalls.find((c) => c.index === delta.index);
+      if (known === undefined) {
+        if (!delta.name) return `tool call ${delta.index} has no function name`;
+        known = { index: delta.index, id: delta.id, name: delta.name, arguments: '' };
+        this.toolCalls.push(known);
+      }
+      known.arguments += delta.arguments;
+    }
+    this.toolDeltas = deltas;
+    return null;
   }
 
   /** @returns {''} */

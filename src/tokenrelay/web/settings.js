@@ -1,7 +1,8 @@
-// The settings dialog: model (from /v1/models), system prompt, temperature, max tokens, smoothing, and the
-// API key when the server asks for one. Every change is kept at once (store.js); nothing to "save".
+// The settings dialog: model (from /v1/models), system prompt, temperature, max tokens, smoothing, a JSON
+// reply with an optional schema, and the API key when the server asks for one. Every change is kept at once
+// (store.js); nothing to "save".
 
-import { normalize, saveSettings } from './store.js';
+import { normalize, responseFormat, saveSettings } from './store.js';
 
 /** Fields of the dialog: element id → setting name. */
 const FIELDS = {
@@ -10,6 +11,8 @@ const FIELDS = {
   temperature: 'temperature',
   'max-tokens': 'maxTokens',
   smoothing: 'smoothing',
+  json: 'json',
+  'json-schema': 'jsonSchema',
   'api-key': 'apiKey',
 };
 
@@ -36,9 +39,13 @@ export class SettingsPanel {
         const raw = field.type === 'checkbox' ? field.checked : field.value;
         settings[name] = normalize(name, raw);
         saveSettings(storage, settings);
+        if (name === 'json' || name === 'jsonSchema') this._showSchema();
         onChange(name);
       });
     }
+    this._schemaRow = doc.getElementById('json-schema-row');
+    this._schemaNote = doc.getElementById('json-schema-note');
+    this._showSchema();
     if (settings.apiKey !== '') this._keyRow.hidden = false;
     doc.getElementById('close-settings').addEventListener('click', () => this.close());
     this._dialog.addEventListener('close', () => {
@@ -55,6 +62,12 @@ export class SettingsPanel {
 
   close() {
     this._dialog.close();
+  }
+
+  /** The schema field shows with JSON on, and says at once when what is typed there is not a schema. */
+  _showSchema() {
+    this._schemaRow.hidden = !this.settings.json;
+    this._schemaNote.textContent = responseFormat(this.settings).error ?? '';
   }
 
   /** The server answered 401: show the key field, say why, and put the cursor in it. */

@@ -12,14 +12,16 @@ const SETTINGS = `${PREFIX}settings`;
 const TITLE_LENGTH = 60;
 
 /**
- * @typedef {{role: 'user' | 'assistant', content: string, outcome?: object}} Message
- *   outcome: what the page showed under an assistant reply (status, error, timings), to show it again.
+ * @typedef {{role: 'user' | 'assistant', content: string, outcome?: object, format?: 'json'}} Message
+ *   outcome: what the page showed under an assistant reply (status, error, timings), to show it again;
+ *   format: 'json' for a reply asked for as JSON, drawn again as a tree.
  * @typedef {{id: string, title: string, updated: number, messages: Message[]}} Conversation
  * @typedef {{id: string, title: string, updated: number}} Summary
  * @typedef {{
  *   model: string, systemPrompt: string, temperature: number | null, maxTokens: number | null,
- *   smoothing: boolean, apiKey: string,
+ *   smoothing: boolean, apiKey: string, json: boolean, jsonSchema: string,
  * }} Settings
+ *   json: ask for a JSON reply (response_format), drawn as a tree; jsonSchema: an optional JSON Schema for it.
  */
 
 /** @type {Settings} */
@@ -30,6 +32,8 @@ export const DEFAULT_SETTINGS = Object.freeze({
   maxTokens: null,
   smoothing: true,
   apiKey: '',
+  json: false,
+  jsonSchema: '',
 });
 
 /** A conversation's title: its first message, on one line, cut at a word near TITLE_LENGTH characters. */
@@ -129,6 +133,7 @@ export function normalize(key, value) {
     return key === 'maxTokens' ? Math.max(1, Math.round(number)) : Math.min(2, Math.max(0, number));
   }
   if (key === 'smoothing') return value !== false;
+  if (key === 'json') return value === true;
   return typeof value === 'string' ? value : String(value ?? '');
 }
 
@@ -149,7 +154,29 @@ export function requestBody(settings, messages) {
   }
   if (settings.temperature !== null) body.temperature = settings.temperature;
   if (settings.maxTokens !== null) body.max_tokens = settings.maxTokens;
+  const format = responseFormat(settings);
+  if (format.responseFormat !== undefined) body.response_format = format.responseFormat;
   return body;
+}
+
+/**
+ * The request's response_format under `settings`: none with JSON off; `json_object` with JSON on and no
+ * schema; `json_schema` (strict) with the schema given. A schema that is not a JSON object is an `error`
+ * (the page says so instead of sending a request the server would refuse).
+ * @returns {{responseFormat?: object, error?: string}}
+ */
+export function responseFormat(settings) {
+  if (!settings.json) return {};
+  if (settings.jsonSchema.trim() === '') return { responseFormat: { type: 'json_object' } };
+  let schema;
+  try {
+    schema = JSON.parse(settings.jsonSchema);
+  } catch (error) {
+    return { error: `the JSON schema is not JSON (${error.message})` };
+  }
+  if (schema === null || typeof schema !== 'object' || Array.isArray(schema))
+    return { error: 'the JSON schema must be a JSON object' };
+  return { responseFormat: { type: 'json_schema', json_schema: { name: 'reply', schema, strict: true } } };
 }
 
 function read(storage, key) {

@@ -6,9 +6,10 @@
  * A new turn at the end of `container`.
  * @param {Element} container
  * @param {'user' | 'assistant'} role
+ * @param {'markdown' | 'json'} [format] how an assistant reply's body is drawn
  * @returns {{article: HTMLElement, body: HTMLElement, meta: HTMLElement, actions: HTMLElement}}
  */
-export function addTurn(container, role) {
+export function addTurn(container, role, format = 'markdown') {
   const doc = container.ownerDocument;
   const article = doc.createElement('article');
   article.className = `turn ${role}`;
@@ -16,7 +17,7 @@ export function addTurn(container, role) {
   label.className = 'role';
   label.textContent = role === 'user' ? 'You' : 'Assistant';
   const body = doc.createElement('div');
-  body.className = role === 'user' ? 'body' : 'body markdown';
+  body.className = role === 'user' ? 'body' : `body ${format}`;
   const meta = doc.createElement('div');
   meta.className = 'meta';
   const actions = doc.createElement('div');

@@ -1,0 +1,195 @@
+"""Tools a request offers the model, and a conversation that holds tool calls, in the terms a prompt needs.
+
+A request's ``tools`` (OpenAI's ``{"type": "function", "function": {name, description, parameters, strict}}``),
+``tool_choice`` and ``parallel_tool_calls`` become a :class:`ToolRequest`; an assistant turn's ``tool_calls``
+become :class:`ToolCall` values, and a ``tool`` turn answers one of them by ``tool_call_id``.
+
+A model reads all of this through its chat template. Where the template takes tools (a Jinja template that
+reads ``tools`` and ``message.tool_calls``, as Qwen's, Hermes', Llama 3.1's and Mistral's do), the engine
+renders :attr:`ChatWithTools.turns` and :attr:`ChatWithTools.tools` with it. Where it does not (SmolLM2's
+ChatML template knows only ``role`` and ``content``), tokenrelay writes the *generic format* itself, as plain
+turns every template reads (:func:`render_generic`): ``ChatWithTools`` *is* that tuple of plain turns, so an
+engine that knows nothing of tools renders the generic format without a change.
+
+The generic format (documented in the README) is Hermes' markup, the most widely trained tool format, so the
+same extractor reads both and vLLM's ``hermes`` parser agrees with it:
+
+- the tools are described in the system turn, one JSON object per line between ``<tools>`` and ``</tools>``,
+  with the instruction to answer a call as ``<tool_call>`` + one JSON object
+  ``{"name": ..., "arguments": {...}}`` + ``</tool_call>``;
+- an assistant turn's calls are written that way after its content (the arguments text verbatim);
+- ``tool`` turns become a ``user`` turn holding one ``<tool_response>`` block per result, in order.
+
+With ``tool_choice: "none"`` the tools are not described (the model is not to call any); earlier calls and
+results are still rendered. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "ChatWithTools",
+    "Tool",
+    "ToolCall",
+    "ToolChoice",
+    "ToolRequest",
+    "render_generic",
+]
+
+ToolChoice: TypeAlias = Literal["none", "auto", "required", "function"]
+"""``"function"``: the one tool :attr:`ToolRequest.function` names must be called."""
+
+PlainTurn: TypeAlias = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One function the model may call. ``parameters`` is the JSON Schema of its arguments (an object)."""
+
+    name: str
+    description: str | None = None
+    parameters: Mapping[str, object] | None = None
+    strict: bool = False
+
+    def to_openai(self) -> dict[str, object]:
+        """The request's shape: ``{"type": "function", "function": {...}}`` (what chat templates read)."""
+        function: dict[str, object] = {"name": self.name}
+        if self.description is not None:
+            function["description"] = self.description
+        function["parameters"] = dict(self.parameters) if self.parameters is not None else {"type": "object"}
+        return {"type": "function", "function": function}
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """The tools of one request and how the model may use them."""
+
+    tools: tuple[Tool, ...]
+    choice: ToolChoice = "auto"
+    function: str | None = None  # the tool that must be called when ``choice == "function"``
+    parallel: bool = True  # ``parallel_tool_calls``: more than one call in a reply
+
+    @property
+    def callable(self) -> tuple[Tool, ...]:
+        """The tools a reply may call under ``choice`` (none for ``"none"``, the named one for a name)."""
+        if self.choice == "none":
+            return ()
+        if self.choice == "function":
+            return tuple(t for t in self.tools if t.name == self.function)
+        return self.tools
+
+    @property
+    def must_call(self) -> bool:
+        """The reply must be a call (``"required"`` or a named tool), not text."""
+        return self.choice in ("required", "function")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call an assistant turn made: its id (which a ``tool`` turn's ``tool_call_id`` answers), the function's
+    name and its arguments, the JSON text exactly as the model wrote it."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_openai(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+class ChatWithTools(tuple[PlainTurn, ...]):
+    """Chat turns with tools: the tuple is their generic rendering (plain ``role``/``content`` turns, what any
+    template reads); :attr:`turns` are the OpenAI-shaped turns (``tool_calls`` on assistant turns, ``tool``
+    turns with ``tool_call_id``; arguments parsed into objects where they are JSON, as templates expect) and
+    :attr:`tools` the request's tools, for a template that takes them. Make one with :func:`chat_with_tools`."""
+
+    turns: tuple[Mapping[str, object], ...]
+    tools: ToolRequest | None
+
+
+def chat_with_tools(turns: Sequence[Mapping[str, object]], tools: ToolRequest | None) -> ChatWithTools:
+    """``turns`` (OpenAI-shaped, validated by the caller) with their generic rendering."""
+    # Attributes set after construction, as engines.base.timed_ids does: no Python-level __new__.
+    chat = ChatWithTools(render_generic(turns, tools))
+    chat.turns = tuple(turns)
+    chat.tools = tools
+    return chat
+
+
+def _call_text(call: Mapping[str, object]) -> str:
+    function = call.get("function")
+    name, arguments = "", ""
+    if isinstance(function, Mapping):
+        name = str(function.get("name", ""))
+        raw = function.get("arguments", "")
+        arguments = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+    if not arguments.strip():  # a call without arguments: an empty object, so the markup stays JSON
+        arguments = "{}"
+    return f'<tool_call>\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {arguments}}}\n</tool_call>'
+
+
+def describe_tools(tools: ToolRequest) -> str:
+    """The system prompt's part that offers the tools (the generic format)."""
+    offered = tools.callable
+    lines = [
+        "You can call functions to help answer. Each function, with the JSON Schema of its arguments:",
+        "<tools>",
+        *(json.dumps(t.to_openai()["function"], ensure_ascii=False) for t in offered),
+        "</tools>",
+        "To call a function, answer with its name and arguments as one JSON object between <tool_call> and "
+        "</tool_call>, like this:",
+        "<tool_call>",
+        json.dumps({"name": offered[0].name, "arguments": {}}, ensure_ascii=False),
+        "</tool_call>",
+    ]
+    if tools.choice == "function":
+        lines.append(f"Call the function {offered[0].name} now.")
+    elif tools.choice == "required":
+        lines.append("Answer with a function call.")
+    if not tools.parallel:
+        lines.append("Call at most one function.")
+    return "\n".join(lines)
+
+
+def render_generic(turns: Iterable[Mapping[str, object]], tools: ToolRequest | None) -> list[PlainTurn]:
+    """Plain ``role``/``content`` turns for a template that knows nothing of tools (the module docstring)."""
+    out: list[dict[str, str]] = []
+    results: list[str] = []  # consecutive tool turns become one user turn
+
+    def flush_results() -> None:
+        if results:
+            out.append({"role": "user", "content": "\n".join(results)})
+            results.clear()
+
+    for turn in turns:
+        role = str(turn.get("role", "user"))
+        content = turn.get("content")
+        text = content if isinstance(content, str) else ""
+        if role == "tool":
+            results.append(f"<tool_response>\n{text}\n</tool_response>")
+            continue
+        flush_results()
+        calls = turn.get("tool_calls")
+        if role == "assistant" and isinstance(calls, Sequence) and calls:
+            written = [_call_text(c) for c in calls if isinstance(c, Mapping)]
+            text = "\n".join([text, *written] if text else written)
+        out.append({"role": role, "content": text})
+    flush_results()
+    if tools is not None and tools.callable:
+        offer = describe_tools(tools)
+        if out and out[0]["role"] == "system":
+            out[0] = {
+                "role": "system",
+                "content": f"{out[0]['content']}\n\n{offer}" if out[0]["content"] else offer,
+            }
+        else:
+            out.insert(0, {"role": "system", "content": offer})
+    return list(out)

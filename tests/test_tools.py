@@ -1,0 +1,116 @@
+"""``_tools``: the generic format, in which a template that knows nothing of tools still reads them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tokenrelay import load_tokenizer
+from tokenrelay._tools import (
+    ChatWithTools,
+    Tool,
+    ToolRequest,
+    chat_with_tools,
+    describe_tools,
+    render_generic,
+)
+
+WEATHER = Tool(
+    "get_weather",
+    "The weather in a city",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+TIME = Tool("get_time")
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+
+
+def test_the_tools_are_offered_in_a_system_turn_one_json_line_each() -> None:
+    turns = render_generic([{"role": "user", "content": "Weather?"}], ToolRequest((WEATHER, TIME)))
+    assert [t["role"] for t in turns] == ["system", "user"]
+    system = turns[0]["content"]
+    listed = system.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].splitlines()
+    assert [json.loads(line) for line in listed] == [
+        {"name": "get_weather", "description": "The weather in a city", "parameters": WEATHER.parameters},
+        {"name": "get_time", "parameters": {"type": "object"}},  # no schema: any arguments object
+    ]
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>' in system
+
+
+def test_a_system_turn_of_the_request_keeps_its_text_first() -> None:
+    turns = render_generic(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "x"}],
+        ToolRequest((WEATHER,)),
+    )
+    assert len(turns) == 2 and turns[0]["content"].startswith("Be brief.\n\nYou can call functions")
+
+
+def test_the_choice_shapes_the_offer() -> None:
+    named = describe_tools(ToolRequest((WEATHER, TIME), "function", "get_time"))
+    assert "get_weather" not in named and named.endswith("Call the function get_time now.")
+    assert describe_tools(ToolRequest((WEATHER,), "required")).endswith("Answer with a function call.")
+    assert describe_tools(ToolRequest((WEATHER,), parallel=False)).endswith("Call at most one function.")
+    # "none": the model is not to call anything, so nothing is offered.
+    assert render_generic([{"role": "user", "content": "x"}], ToolRequest((WEATHER,), "none")) == [
+        {"role": "user", "content": "x"}
+    ]
+
+
+def test_calls_and_results_in_the_history_are_written_in_the_same_markup() -> None:
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "Paris and Oslo?"},
+        {
+            "role": "assistant",
+            "content": "Checking both.",
+            "tool_calls": [CALL, {**CALL, "id": "call_2", "function": {"name": "get_time", "arguments": ""}}],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "22 °C"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "14:00"},
+        {"role": "assistant", "content": "22 °C at 14:00."},
+    ]
+    turns = render_generic(history, None)
+    assert turns == [
+        {"role": "user", "content": "Paris and Oslo?"},
+        {
+            "role": "assistant",
+            "content": "Checking both.\n"
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+            # a call without arguments is written with an empty object, so the markup stays JSON
+            '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+        },
+        # consecutive results: one user turn, a block each, in order
+        {
+            "role": "user",
+            "content": "<tool_response>\n22 °C\n</tool_response>\n<tool_response>\n14:00\n</tool_response>",
+        },
+        {"role": "assistant", "content": "22 °C at 14:00."},
+    ]
+
+
+def test_a_chat_with_tools_is_its_generic_rendering_and_keeps_the_originals() -> None:
+    turns: list[dict[str, Any]] = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    ]
+    tools = ToolRequest((WEATHER,))
+    chat = chat_with_tools(turns, tools)
+    assert isinstance(chat, ChatWithTools) and isinstance(chat, tuple)
+    assert list(chat) == render_generic(turns, tools)
+    assert chat.turns == tuple(turns) and chat.tools is tools
+
+
+def test_smollm2s_template_renders_the_generic_format() -> None:
+    # SmolLM2's ChatML template reads role and content only: the generic turns are what it needs.
+    import jinja2
+
+    template = getattr(load_tokenizer("smollm2"), "chat_template", None)
+    assert template is not None and "tools" not in template
+    chat = chat_with_tools(
+        [{"role": "user", "content": "Weather in Paris?"}], ToolRequest((WEATHER,), "required")
+    )
+    text = jinja2.Environment().from_string(template).render(messages=list(chat), add_generation_prompt=True)
+    assert text.startswith("<|im_start|>system\nYou can call functions")
+    assert text.endswith("<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n")
