@@ -8,7 +8,9 @@ says:
 - ``reset``: resets the connection (an RST: ``SO_LINGER`` 0);
 - ``oversized``: one event line that never ends (bytes until the peer gives up);
 - ``nonjson``: a frame whose data is not JSON;
-- ``html``: answers the POST at once with ``200 text/html`` and an HTML page instead of an event stream.
+- ``html``: answers the POST at once with ``200 text/html`` and an HTML page instead of an event stream;
+- ``drop-second``: answers a POST whole (every frame, a finish, ``[DONE]``) and keeps the connection, then
+  closes it without a byte when a second POST comes on it, as a server whose keep-alive timer fired just then.
 
 The frames carry ``IDS`` (a JSON list of ``[id, text]``: SmolLM2's ids of ``TEXT`` and each one's text, which
 the test writes) one by one, so a client knows exactly what it should have seen.
@@ -43,6 +45,7 @@ async def serve(mode: str, port: int, ids: list[tuple[int, str]]) -> None:
     frames = token_frames(ids)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        posts = 0
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -61,6 +64,12 @@ async def serve(mode: str, port: int, ids: list[tuple[int, str]]) -> None:
                     )
                     await writer.drain()
                     continue
+                if mode == "drop-second":
+                    posts += 1
+                    if posts == 2:
+                        return  # (the finally closes it)
+                    await whole(writer)
+                    continue
                 await answer(writer)
                 return
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -68,6 +77,18 @@ async def serve(mode: str, port: int, ids: list[tuple[int, str]]) -> None:
         finally:
             if mode != "stall":
                 writer.close()
+
+    async def whole(writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
+        for data in frames:
+            writer.write(data)
+        writer.write(
+            frame({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "token_ids": []}]})
+        )
+        writer.write(b"%x\r\n" % len(b"data: [DONE]\n\n") + b"data: [DONE]\n\n\r\n0\r\n\r\n")
+        await writer.drain()
 
     async def answer(writer: asyncio.StreamWriter) -> None:
         if mode == "html":

@@ -215,3 +215,16 @@ def test_a_replica_that_answers_html_is_marked_down_and_the_request_goes_elsewhe
             stream(url, payloads)
             assert payloads[-1][1] == "[DONE]"
             assert "text/html" in json.loads(payloads[-2][1])["error"]["message"]
+
+
+def test_a_kept_connection_the_replica_closed_as_it_was_reused_is_asked_again_on_a_new_one(
+    tmp_path: Path,
+) -> None:
+    with faulty_replica("drop-second", tmp_path) as replica:
+        engine = UpstreamEngine([replica], TOK, model="replay", health_interval=0, read_timeout=STALL)
+        with serve(create_app(engine, ServerConfig())) as url:
+            for _ in range(3):  # the second request meets the closed connection; the third a new kept one
+                payloads: list[tuple[float, str]] = []
+                stream(url, payloads)
+                assert payloads[-1][1] == "[DONE]" and text_of(payloads) == TEXT
+            assert engine.replicas[0].healthy and engine.replicas[0].failures == 0
