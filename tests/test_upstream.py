@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from typing import Any
 
 import httpx
 import openai
@@ -22,6 +23,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from _uvicorn import serve
 from server_helpers import replay_app, split_response
 from tokenrelay import load_tokenizer
+from tokenrelay.engines.base import JSONConstraint
 from tokenrelay.engines.upstream import UpstreamEngine
 from tokenrelay.server import ServerConfig, create_app
 
@@ -412,3 +414,31 @@ async def test_a_consumer_that_falls_behind_pauses_reading_from_the_replica() ->
         assert events > 2500 and not conn._paused  # every event, once the consumer took them
         response.release()
         pool.close()
+
+
+def test_response_format_reaches_a_tokenrelay_replica_and_its_refusals_come_back() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    seen: list[object] = []
+    app, inner = replay_app('{"city": "Zürich"}', rate=None)
+    generate = inner.generate
+
+    def spy(prompt: Any, params: Any, **kwargs: Any) -> Any:
+        seen.append(params.constraint)
+        return generate(prompt, params, **kwargs)
+
+    inner.generate = spy
+    with serve(app) as upstream, front([upstream]) as (url, _engine):
+        fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}
+        assert json.loads(chat_text(url, response_format=fmt)) == {"city": "Zürich"}
+        assert chat_text(url, response_format={"type": "json_object"}) == '{"city": "Zürich"}'
+        # The front checks a schema itself first: a bad one never reaches the replica.
+        with pytest.raises(openai.BadRequestError) as info:
+            chat_text(
+                url,
+                response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": {"not": {}}}},
+            )
+        assert info.value.body["param"] == "response_format.json_schema.schema.not"  # type: ignore[index]
+    assert seen == [
+        JSONConstraint(json.dumps(schema, separators=(",", ":")), name="city", strict=True),
+        JSONConstraint(),
+    ]

@@ -16,9 +16,10 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "pydantic": "server",
     "uvicorn": "server",
     "prometheus_client": "server",
-    "websockets": "server",
+    "jsonschema_rs": "server",  # response_format: a schema checked against its meta-schema
+    "websockets": "server",  # uvicorn[standard] brings it; the doctor's --browser drives Chromium with it
     "httptools": "server",  # the upstream engine's HTTP client
-    "msgspec": "server",  # ... and its chunk decoder  # uvicorn[standard] brings it; the doctor's --browser drives Chromium with it
+    "msgspec": "server",  # ... and its chunk decoder
     "llama_cpp": "llama",
     "jinja2": "llama",
     "tokenizers": "tokenizers",

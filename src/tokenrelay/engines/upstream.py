@@ -18,8 +18,13 @@ Replicas (every URL serves the same model):
   refuses), a failure of every replica becomes ``EngineError`` (500) naming the last cause;
 - state: ``health()`` reports each replica's state (the server's ``GET /health`` shows it, and answers 503
   when no replica is healthy);
+- structured output: ``params.constraint`` goes to the replica in its protocol's field (``_upstream_wire``);
+  the replica enforces it;
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
-  (``metrics_collector()`` is a Prometheus collector the server registers).
+  (``metrics_collector()`` is a Prometheus collector the server registers);
+- several worker processes (``serve --workers N``): ``share_counts`` puts each replica's numbers in cells
+  every worker reads (``server.board``), so the least-loaded pick counts every worker's requests in flight,
+  and the metrics and ``health()`` are the whole server's.
 """
 
 from __future__ import annotations
@@ -28,9 +33,8 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
 
 import httpx
 import msgspec
@@ -38,9 +42,18 @@ import msgspec
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, ProtocolError, TokenRelayError
 from tokenrelay._openai_reader import error_from_body
 from tokenrelay._protocols import Tokenizer
-from tokenrelay.engines._upstream_wire import PROTOCOLS, Protocol, reader_for, request
+from tokenrelay.engines._upstream_wire import (
+    LLAMACPP_MAX_ENUM_VALUES,
+    PROTOCOLS,
+    Protocol,
+    enum_values,
+    openai_response_format,
+    reader_for,
+    request,
+)
 from tokenrelay.engines.base import (
     EngineFinished,
+    JSONConstraint,
     Prompt,
     PromptTokens,
     SamplingParams,
@@ -49,6 +62,7 @@ from tokenrelay.engines.base import (
     TextStep,
     render_plain_chat,
 )
+from tokenrelay.engines.replicas import Replica, ReplicaCollector, SharedCells, SharedReplica
 from tokenrelay.engines.upstream_client import ReplicaConnections, Response
 from tokenrelay.engines.upstream_decode import DecodingOpenAIReader
 
@@ -61,25 +75,13 @@ __all__ = ["Replica", "UpstreamEngine", "discover_model"]
 _decode_json = msgspec.json.Decoder().decode
 
 
-@dataclass(eq=False)
-class Replica:
-    """One upstream server and what happened on it."""
-
-    url: str
-    healthy: bool = True
-    active: int = 0
-    requests: int = 0
-    failures: int = 0
-    retried_away: int = 0
-    tokens: int = 0
-    cancelled: int = 0
-    last_error: str = ""
-    connections: ReplicaConnections = field(init=False, repr=False)
-
-    def down(self, reason: str) -> None:
-        self.healthy = False
-        self.failures += 1
-        self.last_error = reason
+def response_format(constraint: JSONConstraint | None) -> dict[str, Any] | None:
+    """The OpenAI ``response_format`` for ``constraint`` (rebuilt from what the front checked)."""
+    if constraint is None:
+        return None
+    return openai_response_format(
+        constraint.schema, constraint.name, constraint.description, constraint.strict
+    )
 
 
 class _Retry(Exception):
@@ -124,15 +126,19 @@ class UpstreamEngine:
         if protocol not in PROTOCOLS:
             raise ConfigError(f"unknown upstream protocol {protocol!r}: one of {', '.join(PROTOCOLS)}")
         self.replicas = [Replica(_base(u)) for u in urls]
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        for replica in self.replicas:
-            replica.connections = ReplicaConnections(
-                replica.url, connect_timeout=connect_timeout, read_timeout=read_timeout, headers=self._headers
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # Each replica's kept-alive connections, by URL (``share_counts`` replaces the Replica objects).
+        self._connections = {
+            r.url: ReplicaConnections(
+                r.url, connect_timeout=connect_timeout, read_timeout=read_timeout, headers=headers
             )
+            for r in self.replicas
+        }
         self._tokenizer = tokenizer
         self._upstream_model = model
         self._model = model or "upstream"
         self.protocol: Protocol = protocol
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._health_interval = health_interval
         self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)  # health checks only
         self._stop_ids = stop_token_ids if stop_token_ids is not None else tokenizer.eos_token_ids
@@ -164,6 +170,18 @@ class UpstreamEngine:
         # continues a prompt) and count usage. A text prompt is exact; a chat prompt is counted as plain turns.
         return self._tokenizer.encode(render_plain_chat(prompt))
 
+    def check_constraint(self, constraint: JSONConstraint) -> None:
+        """Refuse what llama.cpp's server would take minutes over (``LLAMACPP_MAX_ENUM_VALUES``); each replica
+        enforces the schema itself and refuses what it cannot."""
+        values = enum_values(constraint.schema) if self.protocol == "llamacpp" and constraint.schema else 0
+        if values > LLAMACPP_MAX_ENUM_VALUES:
+            param = "response_format.json_schema.schema"
+            raise InvalidRequestError(
+                f"{param}: the schema lists {values:,} enum values; llama.cpp's server (this front's replicas) "
+                f"is given at most {LLAMACPP_MAX_ENUM_VALUES:,}: its grammar sampler takes minutes over one",
+                param=param,
+            )
+
     async def generate(
         self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
     ) -> AsyncIterator[Step]:
@@ -179,6 +197,7 @@ class UpstreamEngine:
                 temperature=params.temperature,
                 top_p=params.top_p,
                 seed=params.seed,
+                response_format=response_format(params.constraint),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"{exc}; send /v1/completions", param="messages") from exc
@@ -283,7 +302,7 @@ class UpstreamEngine:
     async def _open(self, replica: Replica, path: str, payload: bytes) -> Response:
         """POST to ``replica``; its answer once it is known to be an event stream. Anything else is an error
         (and the replica is marked down when it is the replica's fault)."""
-        response = await replica.connections.post(path, payload)
+        response = await self._connections[replica.url].post(path, payload)
         if response.status == 200 and response.content_type.startswith("text/event-stream"):
             replica.healthy = True  # it answers: whatever a health check said, it is up
             return response
@@ -311,7 +330,7 @@ class UpstreamEngine:
         turn = next(self._turn)
         n = len(self.replicas)
         # Least in flight; ties broken by a rotating start, so equal replicas share the load.
-        return min(healthy, key=lambda r: (r.active, (self.replicas.index(r) - turn) % n))
+        return min(healthy, key=lambda r: (r.load(), (self.replicas.index(r) - turn) % n))
 
     def _ensure_started(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -349,15 +368,15 @@ class UpstreamEngine:
         replicas = [
             {
                 "url": r.url,
-                "healthy": r.healthy,
-                "active": r.active,
-                "requests": r.requests,
-                "failures": r.failures,
+                "healthy": r.up(),
+                "active": r.load(),
+                "requests": r.total("requests"),
+                "failures": r.total("failures"),
                 "last_error": r.last_error or None,
             }
             for r in self.replicas
         ]
-        return {"healthy": any(r.healthy for r in self.replicas), "replicas": replicas}
+        return {"healthy": any(r.up() for r in self.replicas), "replicas": replicas}
 
     async def _health_loop(self) -> None:
         while True:
@@ -365,9 +384,15 @@ class UpstreamEngine:
                 await self.check_health()
             await asyncio.sleep(self._health_interval)
 
-    def metrics_collector(self) -> _ReplicaCollector:
+    def share_counts(self, cells: Sequence[SharedCells]) -> None:
+        """Count into ``cells``, one per replica in order, shared with the server's other worker processes."""
+        if len(cells) != len(self.replicas):
+            raise ValueError(f"{len(cells)} shared cells for {len(self.replicas)} replicas")
+        self.replicas = [SharedReplica(r.url, c) for r, c in zip(self.replicas, cells, strict=True)]
+
+    def metrics_collector(self) -> ReplicaCollector:
         """A Prometheus collector of the per-replica numbers (the server registers it on its registry)."""
-        return _ReplicaCollector(self.replicas)
+        return ReplicaCollector(self)
 
     async def aclose(self) -> None:
         if self._health_task is not None:
@@ -378,34 +403,5 @@ class UpstreamEngine:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-        for replica in self.replicas:
-            replica.connections.close()
-
-
-class _ReplicaCollector:
-    def __init__(self, replicas: list[Replica]) -> None:
-        self._replicas = replicas
-
-    def collect(self) -> Iterator[object]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        counters = {
-            "requests": "Requests sent to the replica",
-            "failures": "Requests or health checks that failed on the replica",
-            "retried_away": "Requests moved to another replica after failing here before a token",
-            "tokens": "Token ids relayed from the replica",
-            "cancelled": "Requests on the replica closed before it finished them (the client left, or a stop "
-            "string ended the reply)",
-        }
-        for name, doc in counters.items():
-            family = CounterMetricFamily(f"tokenrelay_upstream_{name}", doc, labels=["replica"])
-            for r in self._replicas:
-                family.add_metric([r.url], getattr(r, name))
-            yield family
-        active = GaugeMetricFamily("tokenrelay_upstream_active", "Requests in flight", labels=["replica"])
-        up = GaugeMetricFamily("tokenrelay_upstream_up", "1 if the replica is healthy", labels=["replica"])
-        for r in self._replicas:
-            active.add_metric([r.url], r.active)
-            up.add_metric([r.url], 1 if r.healthy else 0)
-        yield active
-        yield up
+        for connections in self._connections.values():
+            connections.close()
