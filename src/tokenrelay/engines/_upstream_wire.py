@@ -23,6 +23,10 @@ one streamed generation; a reader per protocol turns each SSE event's data into 
 
 Every reader raises the :class:`TokenRelayError` an in-stream error stands for, and :class:`ProtocolError` for
 a chunk that is not what the protocol says.
+
+Over 400 lines because the four protocols' requests (response_format in each one's own field) and readers are
+one concept, the wire each replica speaks, and splitting them would put a protocol's request apart from its
+reader.
 """
 
 from __future__ import annotations
