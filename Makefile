@@ -28,7 +28,7 @@ SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core 
 	cmake
 
 .PHONY: install test lint lint-ruff lint-format lint-mypy lint-prettier check format bench bench-json \
-	bench-structured bench-workers bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+	bench-structured bench-workers bench-front bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -154,6 +154,11 @@ bench-structured: install
 # tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
 bench-upstream: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python benchmarks/scale_out.py --backend llama-server --llama-server $(LLAMA_SERVER)
+
+# The relay front vs LiteLLM's proxy and vllm-router (installed into .venv-bench-front by the benchmark itself),
+# over a replay upstream; benchmarks/front.py --upstream URL runs the same against any OpenAI server (vLLM on a GPU).
+bench-front: install
+	$(BIN)/python benchmarks/front.py
 
 serve: $(STAMP) $(NODE_STAMP)
 	$(BIN)/tokenrelay serve
