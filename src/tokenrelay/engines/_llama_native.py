@@ -15,22 +15,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tokenrelay._errors import ConfigError, EngineError
 from tokenrelay.engines._batching import BatchEntry
 
-__all__ = ["BatchEntry", "NativeModel", "Sampler"]
+__all__ = ["BatchEntry", "Mask", "NativeModel", "Sampler"]
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "draw a random seed", as the OpenAI API does
 
 
-class Sampler:
-    """A per-request llama.cpp sampler chain; ``temperature == 0`` is greedy."""
+class Mask(Protocol):
+    """What constrains a request's tokens (``engines/llguidance_json.JSONMask``): it edits the request's row of
+    logits before the sampler chain runs, and is told the token sampled."""
 
-    def __init__(self, temperature: float, top_p: float, seed: int | None) -> None:
+    def apply(self, ctx: Any, row: int) -> None: ...
+
+    def accept(self, token: int) -> None: ...
+
+
+class Sampler:
+    """A per-request llama.cpp sampler chain; ``temperature == 0`` is greedy. ``mask``, when given, restricts
+    the tokens (structured output); a request without one runs the chain alone."""
+
+    def __init__(self, temperature: float, top_p: float, seed: int | None, mask: Mask | None = None) -> None:
         import llama_cpp as lc
 
+        self._mask = mask
         # OpenAI semantics: only temperature and top_p shape the distribution; the order (top-p, then
         # temperature, then the draw) is llama-cpp-python's own, so a seeded reply matches Llama.generate's.
         chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
@@ -48,8 +59,14 @@ class Sampler:
     def sample(self, ctx: Any, row: int) -> int:
         import llama_cpp as lc
 
-        # llama_sampler_sample also "accepts" the token into the chain's state (a no-op for these samplers).
-        return int(lc.llama_sampler_sample(self._chain, ctx, row))
+        mask = self._mask
+        if mask is None:
+            # llama_sampler_sample also "accepts" the token into the chain's state (a no-op for these samplers).
+            return int(lc.llama_sampler_sample(self._chain, ctx, row))
+        mask.apply(ctx, row)
+        token = int(lc.llama_sampler_sample(self._chain, ctx, row))
+        mask.accept(token)
+        return token
 
     def close(self) -> None:
         import llama_cpp as lc
@@ -132,6 +149,13 @@ class NativeModel:
 
     def tokenize(self, text: bytes, *, add_bos: bool, special: bool) -> list[int]:
         return list(self._model.tokenize(text, add_bos, special))
+
+    @property
+    def vocab(self) -> Any:
+        """llama.cpp's ``llama_vocab`` pointer (the JSON constraints read the vocabulary from it)."""
+        import llama_cpp as lc
+
+        return lc.llama_model_get_vocab(self._model.model)
 
     def token_text(self, token: int) -> str:
         if token < 0:

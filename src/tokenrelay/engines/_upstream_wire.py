@@ -68,10 +68,19 @@ def request(
     temperature: float,
     top_p: float,
     seed: int | None,
+    response_format: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The path and JSON body of one streamed generation. Stop strings are never sent: tokenrelay applies
-    them itself, on its own text."""
+    them itself, on its own text.
+
+    ``response_format`` (OpenAI's shape: ``json_object``, or ``json_schema`` with its ``schema``) is sent in
+    each protocol's own documented field (issue 20): ``response_format`` as is to vLLM and tokenrelay; to
+    llama.cpp's server its ``json_schema`` field (read on both of its endpoints, converted to its grammar);
+    SGLang's ``sampling_params.json_schema`` (the schema as a JSON string); TGI's ``parameters.grammar``
+    (``{"type": "json", "value": schema}``). A JSON object with no schema is the schema ``{"type": "object"}``
+    where a protocol has no such mode."""
     chat = not isinstance(prompt, str)
+    schema = _schema_of(response_format)
     if protocol in ("openai", "llamacpp"):
         body: dict[str, Any] = {"stream": True, "temperature": temperature, "top_p": top_p}
         if model:
@@ -83,8 +92,12 @@ def request(
         body["stream_options"] = {"include_usage": True}
         if protocol == "openai":
             body["return_token_ids"] = True
+            if response_format is not None:
+                body["response_format"] = response_format
         else:  # llama.cpp's server: token counts in every chunk (see LlamaCppTextReader)
             body["timings_per_token"] = True
+            if schema is not None:
+                body["json_schema"] = schema
         if chat:
             body["messages"] = prompt
             return "/v1/chat/completions", body
@@ -98,6 +111,8 @@ def request(
             sampling["max_new_tokens"] = max_tokens
         if seed is not None:
             sampling["sampling_seed"] = seed
+        if schema is not None:
+            sampling["json_schema"] = json.dumps(schema, ensure_ascii=False)
         return "/generate", {"text": prompt, "sampling_params": sampling, "stream": True}
     # TGI: temperature must be > 0 and top_p < 1 when sent; greedy is do_sample=false.
     parameters: dict[str, Any] = {"details": True, "do_sample": temperature > 0}
@@ -109,7 +124,18 @@ def request(
         parameters["max_new_tokens"] = max_tokens
     if seed is not None:
         parameters["seed"] = seed
+    if schema is not None:
+        parameters["grammar"] = {"type": "json", "value": schema}
     return "/generate_stream", {"inputs": prompt, "parameters": parameters}
+
+
+def _schema_of(response_format: dict[str, Any] | None) -> object:
+    """The JSON Schema ``response_format`` asks for (``None``: plain text)."""
+    if response_format is None or response_format.get("type") == "text":
+        return None
+    if response_format.get("type") == "json_object":
+        return {"type": "object"}
+    return response_format["json_schema"]["schema"]
 
 
 def _object(data: str) -> dict[str, Any]:

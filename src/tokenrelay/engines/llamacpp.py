@@ -28,6 +28,11 @@ lane starts where the token was made.
 Before the model is loaded in this process, ``llamacpp_check`` proves in a child process that this machine
 can run the build (a CPU that reports AMX but cannot execute it died with SIGILL on the first prompt).
 
+Structured output (issue 20): a request whose ``params.constraint`` asks for JSON gets a token mask per step
+from ``llguidance_json`` (which says why llguidance), applied to its own row of logits before its sampler
+runs; the grammar is compiled off the worker (``check_constraint`` at the server's intake, or in
+``generate``), so the decode loop never waits for a compile, and a request without one pays nothing.
+
 Chat prompts are rendered with the model's own template (GGUF ``tokenizer.chat_template``) through
 llama-cpp-python's ``Jinja2ChatFormatter`` (jinja2 is a dependency of llama-cpp-python).
 """
@@ -47,7 +52,7 @@ from typing import TYPE_CHECKING, cast
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK, Slot, plan_step
-from tokenrelay.engines.base import Prompt, SamplingParams, Step, TimedIds, timed_ids
+from tokenrelay.engines.base import JSONConstraint, Prompt, SamplingParams, Step, TimedIds, timed_ids
 from tokenrelay.engines.llamacpp_check import check_runnable, default_threads
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
@@ -55,6 +60,7 @@ if TYPE_CHECKING:
     from llama_cpp.llama_types import ChatCompletionRequestMessage
 
     from tokenrelay.engines._llama_native import NativeModel, Sampler
+    from tokenrelay.engines.llguidance_json import JSONGrammars, JSONMask
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -92,6 +98,7 @@ class _Request:
     params: SamplingParams
     limit: int
     loop: asyncio.AbstractEventLoop
+    mask: JSONMask | None = None
     tokens: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     cancelled: bool = False
 
@@ -135,6 +142,8 @@ class LlamaCppEngine:
         self.max_batch_seen = 0
         """The most requests one step has carried (tests check that concurrent chats really share steps)."""
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._grammars: JSONGrammars | None = None
+        self._grammars_lock = threading.Lock()
         self._closed = False
         self._worker = threading.Thread(target=self._run, name="tokenrelay-llama", daemon=True)
         self._worker.start()
@@ -279,7 +288,10 @@ class LlamaCppEngine:
                 f"prompt holds a token id outside the vocabulary (0..{self._native.n_vocab - 1})", param=param
             )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
-        request = _Request(list(prompt_ids), params, limit, loop)
+        mask = None
+        if params.constraint is not None:  # compiled (or copied from the cache) here, never on the worker
+            mask = await loop.run_in_executor(None, self._json_grammars().mask, params.constraint)
+        request = _Request(list(prompt_ids), params, limit, loop, mask)
         self._inbox.put(request)
         finished = False
         try:
@@ -296,6 +308,19 @@ class LlamaCppEngine:
             if not finished:
                 request.cancelled = True
                 self._inbox.put(None)  # wake the worker so the sequence is freed at the next step
+
+    def check_constraint(self, constraint: JSONConstraint) -> None:
+        """Compile ``constraint`` now (blocking: call it off the event loop); ``InvalidRequestError`` if this
+        engine cannot enforce it. The server's intake calls it, so the request's 400 comes before its stream."""
+        self._json_grammars().check(constraint)
+
+    def _json_grammars(self) -> JSONGrammars:
+        with self._grammars_lock:
+            if self._grammars is None:
+                from tokenrelay.engines.llguidance_json import JSONGrammars
+
+                self._grammars = JSONGrammars(self._native.vocab, self._native.n_vocab)
+            return self._grammars
 
     async def wait_idle(self) -> None:
         """Return once the worker finished the step it was running and dropped every cancelled request."""
@@ -363,7 +388,9 @@ class LlamaCppEngine:
                 params = request.params
                 slot = Slot(free.pop(), request.prompt_ids, request.limit, self._stop_ids)
                 running.append(
-                    _Running(request, slot, Sampler(params.temperature, params.top_p, params.seed))
+                    _Running(
+                        request, slot, Sampler(params.temperature, params.top_p, params.seed, request.mask)
+                    )
                 )
             if running:
                 self._step(running, release)
@@ -393,7 +420,13 @@ class LlamaCppEngine:
         self.max_batch_seen = max(self.max_batch_seen, len({e.seq for e in entries}))
         for row, slot in zip((r for r in rows if r >= 0), sampling, strict=True):
             run = by_slot[id(slot)]
-            token = native.sample(run.sampler, row)
+            try:
+                token = native.sample(run.sampler, row)
+            except (
+                EngineError
+            ) as exc:  # this request's constraint failed (llguidance's limits): it alone ends
+                release(run, exc)
+                continue
             slot.accept(token)
             if not run.request.cancelled:
                 run.request.deliver(timed_ids((token,), started, time.perf_counter()))

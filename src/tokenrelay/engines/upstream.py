@@ -18,6 +18,8 @@ Replicas (every URL serves the same model):
   refuses), a failure of every replica becomes ``EngineError`` (500) naming the last cause;
 - state: ``health()`` reports each replica's state (the server's ``GET /health`` shows it, and answers 503
   when no replica is healthy);
+- structured output: ``params.constraint`` goes to the replica in its protocol's field (``_upstream_wire``);
+  the replica enforces it;
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
   (``metrics_collector()`` is a Prometheus collector the server registers).
 """
@@ -27,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -41,6 +44,7 @@ from tokenrelay._sse import SSEParser
 from tokenrelay.engines._upstream_wire import PROTOCOLS, Protocol, reader_for, request
 from tokenrelay.engines.base import (
     EngineFinished,
+    JSONConstraint,
     Prompt,
     PromptTokens,
     SamplingParams,
@@ -72,6 +76,26 @@ class Replica:
         self.healthy = False
         self.failures += 1
         self.last_error = reason
+
+
+def response_format(constraint: JSONConstraint | None) -> dict[str, Any] | None:
+    """The OpenAI ``response_format`` for ``constraint`` (the request's own, rebuilt from what was checked)."""
+    if constraint is None:
+        return None
+    if constraint.schema is None:
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": constraint.name or "response", "schema": json.loads(constraint.schema)}
+    if constraint.description is not None:
+        spec["description"] = constraint.description
+    if constraint.strict is not None:
+        spec["strict"] = constraint.strict
+    return {"type": "json_schema", "json_schema": spec}
+
+
+# llama.cpp's server turns a schema into a GBNF grammar whose sampler checks every token against every
+# alternative: a 20,000-value enum took it 477 s to answer on this project's VM. Past this many enum values
+# in one schema the front refuses the request rather than hand a replica hours of work (OpenAI's own limit).
+LLAMACPP_MAX_ENUM_VALUES = 1000
 
 
 class _Retry(Exception):
@@ -152,6 +176,29 @@ class UpstreamEngine:
         # continues a prompt) and count usage. A text prompt is exact; a chat prompt is counted as plain turns.
         return self._tokenizer.encode(render_plain_chat(prompt))
 
+    def check_constraint(self, constraint: JSONConstraint) -> None:
+        """Refuse what a replica of this protocol would take far too long over (see
+        ``LLAMACPP_MAX_ENUM_VALUES``); every replica enforces the schema itself, and refuses what it cannot."""
+        if self.protocol != "llamacpp" or constraint.schema is None:
+            return
+        values, todo = 0, [json.loads(constraint.schema)]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, dict):
+                enum = node.get("enum")
+                values += len(enum) if isinstance(enum, list) else 0
+                todo.extend(v for k, v in node.items() if k not in ("enum", "const"))
+            elif isinstance(node, list):
+                todo.extend(node)
+        if values > LLAMACPP_MAX_ENUM_VALUES:
+            param = "response_format.json_schema.schema"
+            raise InvalidRequestError(
+                f"{param}: the schema lists {values:,} enum values; llama.cpp's server (this front's "
+                f"replicas) is given at most {LLAMACPP_MAX_ENUM_VALUES:,}: its grammar sampler would take "
+                "minutes over each token",
+                param=param,
+            )
+
     async def generate(
         self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
     ) -> AsyncIterator[Step]:
@@ -167,6 +214,7 @@ class UpstreamEngine:
                 temperature=params.temperature,
                 top_p=params.top_p,
                 seed=params.seed,
+                response_format=response_format(params.constraint),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"{exc}; send /v1/completions", param="messages") from exc
