@@ -27,7 +27,8 @@ LLAMA_SERVER_STAMP := $(dir $(LLAMA_SERVER)).built-$(notdir $(LLAMA_WHEELS))
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
 	cmake
 
-.PHONY: install test lint check bench bench-json bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+.PHONY: install test lint lint-ruff lint-format lint-mypy lint-prettier check format bench bench-json \
+	bench-structured bench-workers bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -91,13 +92,29 @@ node_modules/.bin/prettier:
 	npm ci --no-audit --no-fund
 	touch $(NODE_STAMP)
 
-lint: $(BIN)/ruff $(BIN)/mypy node_modules/.bin/prettier
+lint: lint-ruff lint-format lint-mypy lint-prettier
+
+# The pieces of make lint, one tool each: .pre-commit-config.yaml runs them before a commit, so this file stays
+# the one place that says what the lint is.
+lint-ruff: $(BIN)/ruff
 	$(BIN)/ruff check $(LINT_PATHS)
+
+lint-format: $(BIN)/ruff
 	$(BIN)/ruff format --check $(LINT_PATHS)
+
+lint-mypy: $(BIN)/mypy
 	$(BIN)/mypy
+
+lint-prettier: node_modules/.bin/prettier
 	npm run --silent format:check
 
 check: lint
+
+# make format: rewrite what lint-format and lint-prettier would reject (and ruff's fixable findings).
+format: $(BIN)/ruff node_modules/.bin/prettier
+	$(BIN)/ruff check --fix $(LINT_PATHS)
+	$(BIN)/ruff format $(LINT_PATHS)
+	npm run --silent format
 
 bench: install
 	$(BIN)/python benchmarks/detokenizer.py
@@ -113,6 +130,11 @@ bench: install
 bench-json: install
 	$(BIN)/python benchmarks/partial_json.py
 	node benchmarks/partial_json.js
+
+# serve --workers: 1 vs 2 worker processes at saturation, the replay engine and a front over a canned upstream
+# (~7 min on 2 cores; the tokens/s ratio, CPU per token, and the cores the server got).
+bench-workers: install
+	$(BIN)/python benchmarks/workers.py
 
 # llama.cpp's own server, for the side-by-side benchmarks and the tests that relay from it: built once from the
 # llama.cpp sources inside the same llama-cpp-python sdist, with the same portable flags (~7 min on 2 cores).
@@ -131,6 +153,11 @@ llama-server: $(LLAMA_SERVER_STAMP)
 bench-engine: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python benchmarks/engine_concurrency.py --llama-server $(LLAMA_SERVER)
 
+# response_format on the embedded engine: tokens/s with and without a JSON schema at 1 and 8 streams, and
+# llguidance's mask against llama.cpp's grammar sampler (compile time, cost per token).
+bench-structured: install
+	$(BIN)/python benchmarks/structured.py --mechanisms
+
 # tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
 bench-upstream: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python benchmarks/scale_out.py --backend llama-server --llama-server $(LLAMA_SERVER)
@@ -141,7 +168,6 @@ serve: $(STAMP) $(NODE_STAMP)
 # vLLM (CPU build) in a venv of its own: ~3.4 GB, 5-6 min to install; the tests start vLLM twice (~1-3 min each).
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
-export VLLM_CPU_KVCACHE_SPACE ?= 1
 
 $(VLLM_STAMP): pyproject.toml
 	$(PY) -m venv $(VLLM_VENV)

@@ -26,10 +26,12 @@ from tokenrelay import (
     TextChunkWriter,
     TextStream,
     TokenRelayError,
+    ToolCallExtractor,
     Usage,
     UseAfterFinishError,
     load_tokenizer,
 )
+from tokenrelay._tool_calls import FORMATS
 from tokenrelay.doctor._recording import ContentDecoder
 
 CHUNKS = ChunkTokenizer([b"a", b"b", "☕".encode()[:2], "☕".encode()[2:]])
@@ -115,6 +117,15 @@ CASES = {
         feed=lambda p: p.feed('{"a": [1, "b"]}'),
         end=lambda p: p.finish(),
         empty={"a": [1, "b"]},  # finish() again returns the same final value
+    ),
+    "ToolCallExtractor": Case(
+        make=lambda: ToolCallExtractor(FORMATS["hermes"], parallel=False),
+        feed=lambda x: x.feed("Hi <tool_"),
+        end=lambda x: x.finish(),
+        empty=[],
+        # parallel=False: the first complete call ends the extraction; what follows is dropped
+        ends_itself=lambda x: x.feed('<tool_call>{"name": "f", "arguments": {}}</tool_call>'),
+        dropped=[],
     ),
     "ContentDecoder": Case(
         make=lambda: ContentDecoder("gzip"),

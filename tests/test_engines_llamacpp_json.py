@@ -210,7 +210,7 @@ async def test_an_unconstrained_engine_builds_nothing_for_json() -> None:
     eng = LlamaCppEngine.load(n_ctx=256, n_parallel=1)
     try:
         await reply(eng, user("Hi"), SamplingParams(max_tokens=4, temperature=0.0))
-        assert eng._grammars is None  # no llguidance tokenizer, no grammar: a plain request pays nothing
+        assert not eng._grammars.ready  # no llguidance tokenizer, no grammar: a plain request pays nothing
     finally:
         await eng.aclose()
 
@@ -245,3 +245,38 @@ async def test_a_20000_value_enum_is_served(engine: LlamaCppEngine) -> None:
     )
     assert final.reason == "stop" and json.loads(text) in values
     assert compiled < 10  # about 0.2 s on a quiet 2-core machine; bounded by llguidance's fuel limits
+
+
+async def test_through_the_server_a_schema_llguidance_refuses_is_a_400_before_the_stream(
+    engine: LlamaCppEngine,
+) -> None:
+    from server_helpers import asgi_client
+    from tokenrelay.server import ServerConfig, create_app
+
+    app = create_app(engine, ServerConfig())
+    messages = [{"role": "user", "content": "Describe a person as JSON."}]
+    async with asgi_client(app) as client:
+        bad = {
+            "type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"type": "string", "format": "flavour"}},
+        }
+        r = await client.post(
+            "/v1/chat/completions", json={"messages": messages, "stream": True, "response_format": bad}
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "response_format.json_schema.schema"
+        fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMAS["an object"]}}
+        r = await client.post(
+            "/v1/chat/completions",
+            json={
+                "messages": messages,
+                "stream": True,
+                "temperature": 0,
+                "max_tokens": 200,
+                "response_format": fmt,
+            },
+        )
+    assert r.status_code == 200
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    jsonschema.validate(json.loads(text), SCHEMAS["an object"])

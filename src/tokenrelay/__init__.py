@@ -20,6 +20,7 @@ from ._errors import (
     StreamTruncated,
     TokenizerError,
     TokenRelayError,
+    ToolCallError,
     TruncatedJSONError,
     UnavailableError,
     UseAfterFinishError,
@@ -32,6 +33,7 @@ from ._protocols import ByteTable, Tokenizer
 from ._sse import ServerSentEvent, SSEParser, encode_event
 from ._stops import StopMatcher
 from ._stream import Event, Finished, FinishReason, TextDelta, TextStream, Timings, Usage
+from ._tool_calls import ToolCallExtractor
 from .tokenizers import load_tokenizer
 
 __version__ = "0.1.0"
@@ -73,6 +75,8 @@ __all__ = [
     "TokenRelayError",
     "Tokenizer",
     "TokenizerError",
+    "ToolCallError",
+    "ToolCallExtractor",
     "TruncatedJSONError",
     "UnavailableError",
     "Usage",

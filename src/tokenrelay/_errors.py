@@ -13,6 +13,7 @@ lookup table of its own::
     │       ├── JSONSyntaxError          502 server_error        it cannot be continued into JSON
     │       └── TruncatedJSONError       502 server_error        it ended before the value did
     ├── EngineError                      500 server_error        the model failed mid-generation
+    ├── ToolCallError                    500 server_error        the reply's tool call is malformed
     ├── UseAfterFinishError              500 server_error        input after finish()/close() (a caller's bug)
     ├── UnavailableError                 503 server_error        the server is shutting down
     └── InvalidRequestError              400 invalid_request_error
@@ -55,6 +56,7 @@ __all__ = [
     "StreamTruncated",
     "TokenRelayError",
     "TokenizerError",
+    "ToolCallError",
     "TruncatedJSONError",
     "UnavailableError",
     "UseAfterFinishError",
@@ -132,6 +134,11 @@ class TruncatedJSONError(JSONError):
 
 class EngineError(TokenRelayError):
     """The engine failed while generating."""
+
+
+class ToolCallError(TokenRelayError):
+    """The model's reply broke its tool-call format (``_tool_calls``: JSON that cannot continue, a call without
+    a name, a reply that stops inside a call): never passed off as a complete call."""
 
 
 class UseAfterFinishError(TokenRelayError, RuntimeError):

@@ -9,7 +9,7 @@ installed (the line names the pip extra to install). Every ``--help`` shows the 
 ``generate`` and ``chat`` (in ``tokenrelay.chat_cli``) talk to the embedded engine, or, with ``--url`` (or
 ``TOKENRELAY_URL``), stream through a running OpenAI-compatible server instead of loading a model.
 
-At ~450 lines this module is over the usual size because it is the whole option surface in one place: every
+At ~520 lines this module is over the usual size because it is the whole option surface in one place: every
 subcommand's options, defaults and engine construction, which ``--help`` and the tests read together. The
 engine options and ``_build_engine`` are the seam to split along if it grows.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -33,8 +34,11 @@ from tokenrelay.engines import ENGINES
 from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK
 
 if TYPE_CHECKING:
+    from socket import socket
+
     from tokenrelay.chat_backends import Backend
     from tokenrelay.engines import Engine
+    from tokenrelay.server import ServerConfig
 
 __all__ = ["COMMANDS", "Command", "main"]
 
@@ -116,7 +120,15 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--prefill-chunk",
         type=int,
         default=DEFAULT_PREFILL_CHUNK,
-        help=f"llamacpp: prompt tokens read per step (default: {DEFAULT_PREFILL_CHUNK})",
+        help="llamacpp: most prompt tokens read in a step while other replies are being generated, which "
+        f"bounds their stall (default: {DEFAULT_PREFILL_CHUNK}); with none generating a step reads up to 512",
+    )
+    parser.add_argument(
+        "--prefix-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="llamacpp: keep a finished request's KV cells so that a prompt starting the same way (the next "
+        "turn of a chat) reads only what is new (default: on)",
     )
     replay = parser.add_argument_group("replay engine")
     replay.add_argument("--text-file", type=Path, help="text to replay (default: the prompt itself)")
@@ -149,6 +161,27 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     vllm.add_argument("--max-model-len", type=int)
     vllm.add_argument("--dtype")
     vllm.add_argument("--enforce-eager", action="store_true")
+    vllm.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        help="the fraction of the device's memory vLLM reserves (on its CPU build: of all RAM; vLLM's default "
+        "0.92 fails where other programs use some)",
+    )
+    vllm.add_argument(
+        "--kv-cache-memory-bytes",
+        type=_byte_count,
+        help="the KV cache's size (2G, 1.5g, 1073741824), instead of --gpu-memory-utilization (default on "
+        "vLLM's CPU build: a quarter of the available RAM, at most 4 GiB; or VLLM_CPU_KVCACHE_SPACE GiB)",
+    )
+
+
+def _byte_count(text: str) -> int:
+    from tokenrelay.engines.vllm_memory import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _read_text_file(path: Path) -> str:
@@ -198,6 +231,7 @@ def _build_engine(args: argparse.Namespace) -> Engine:
         n_threads=args.threads,
         n_parallel=parallel,
         prefill_chunk=args.prefill_chunk,
+        prefix_cache=args.prefix_cache,
         on_progress=_stderr,
     )
 
@@ -210,6 +244,8 @@ VLLM_OPTIONS = (
     "max_model_len",
     "dtype",
     "enforce_eager",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
 )
 
 
@@ -355,16 +391,41 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-gzip", action="store_true", help="do not compress ordinary responses")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving the one port, for the upstream and replay engines (an in-process model "
+        "would be loaded once per process); --max-active and --max-queued are per worker",
+    )
     _add_engine_options(parser)
+
+
+def _check_workers(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise ConfigError(f"--workers {args.workers}: give 1 or more")
+    if args.workers > 1 and args.engine in ("llamacpp", "vllm"):
+        raise ConfigError(
+            f"--workers {args.workers} is for engines that keep no model in the process (upstream, replay): "
+            f"with --engine {args.engine} each worker would load its own copy of the model "
+            f"({args.workers} copies in memory, competing for the same cores); serve it with one process"
+        )
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     from tokenrelay.engines import LlamaCppEngine
     from tokenrelay.server import ServerConfig, bind_socket, serve
 
+    _check_workers(args)
     sock = bind_socket(args.host, args.port)  # a port in use is an error now, not after the model loaded
     port = sock.getsockname()[1]
-    engine = _build_engine(args)
+    try:
+        engine = _build_engine(
+            args
+        )  # with --workers, once here too: a bad option is one line, before any worker
+    except BaseException:
+        sock.close()
+        raise
     llama = args.engine == "llamacpp"
     batching = args.engine in ("upstream", "vllm")  # the engine queues and batches itself
     config = ServerConfig(
@@ -380,6 +441,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         max_prompt_chars=args.max_prompt_chars,
         gzip=not args.no_gzip,
     )
+    if args.workers > 1:
+        model = engine.model
+        del engine  # each worker builds its own; this one only checked the options
+        return _serve_workers(args, model, config, sock)
     _stderr(f"tokenrelay: serving {engine.model} on http://{args.host}:{port} (chat page at /)")
     serve(
         engine,
@@ -392,6 +457,25 @@ def _run_serve(args: argparse.Namespace) -> int:
         header_timeout=args.header_timeout,
     )
     return 0
+
+
+def _serve_workers(args: argparse.Namespace, model: str, config: ServerConfig, sock: socket) -> int:
+    from tokenrelay.server.workers import serve_workers
+
+    if args.engine == "upstream" and args.model is None and model != "upstream":
+        args.model = model  # asked of the replicas once, here, not by every worker
+    workers, port = args.workers, sock.getsockname()[1]
+    _stderr(f"tokenrelay: serving {model} on http://{args.host}:{port} with {workers} workers")
+    return serve_workers(
+        functools.partial(_build_engine, args),
+        config,
+        workers=workers,
+        sock=sock,
+        replicas=len(args.upstream) if args.engine == "upstream" else 0,
+        log_level=args.log_level,
+        graceful_timeout=args.graceful_timeout,
+        header_timeout=args.header_timeout,
+    )
 
 
 COMMANDS: list[Command] = [

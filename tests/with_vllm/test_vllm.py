@@ -8,6 +8,7 @@ server, at temperature 0; the client is the official ``openai`` SDK.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +34,9 @@ import openai
 
 from _uvicorn import serve
 from tokenrelay import load_tokenizer
+from tokenrelay.cli import main
+from tokenrelay.engines import vllm_memory
+from tokenrelay.engines.base import JSONConstraint
 from tokenrelay.engines.upstream import UpstreamEngine
 from tokenrelay.engines.vllm import VLLMEngine, smollm2_hf_dir
 from tokenrelay.server import ServerConfig, create_app
@@ -98,10 +103,18 @@ def references(vllm_server: str) -> dict[str, str]:
     return out
 
 
+PROGRESS: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def in_process(model_dir: Path) -> Iterator[tuple[str, VLLMEngine]]:
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    engine = VLLMEngine.load("smollm2", on_progress=print, **OPTIONS)  # type: ignore[arg-type]
+    # No VLLM_CPU_KVCACHE_SPACE: the engine starts with tokenrelay's own default on vLLM's CPU build.
+    saved = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    try:
+        engine = VLLMEngine.load("smollm2", on_progress=PROGRESS.append, **OPTIONS)  # type: ignore[arg-type]
+    finally:
+        if saved is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
     with serve(create_app(engine, ServerConfig(max_active=64))) as url:
         yield url, engine
     asyncio.run(engine.aclose())
@@ -134,6 +147,37 @@ def test_in_process_vllm_streams_vllms_own_replies(
     url, engine = in_process
     for prompt in PROMPTS:
         assert stream_text(url, prompt, engine.model) == references[prompt]
+
+
+def test_vllm_starts_on_the_cpu_with_a_kv_cache_that_fits(in_process: tuple[str, VLLMEngine]) -> None:
+    """vLLM's own default (0.92 of all RAM reserved) fails on a machine where anything else runs; the engine
+    above started without VLLM_CPU_KVCACHE_SPACE, with the KV cache tokenrelay sized."""
+    _, engine = in_process
+    size = engine._llm.vllm_config.cache_config.kv_cache_memory_bytes
+    _, available = vllm_memory._memory()
+    assert size is not None and size <= vllm_memory.DEFAULT_CPU_KV_CACHE_CAP and size < available
+    assert any("vLLM KV cache:" in line and "--kv-cache-memory-bytes" in line for line in PROGRESS), PROGRESS
+
+
+def test_memory_vllm_cannot_have_is_one_line_naming_the_option(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before vLLM starts its engine process: too large a reserved fraction, too large a KV cache."""
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    total, available = vllm_memory._memory()
+    if available / total > 0.98:
+        pytest.skip("this machine has nearly all its memory free: no fraction ≤ 1 is too much")
+    base = ["serve", "--engine", "vllm", "--port", "0", "--enforce-eager", "--max-model-len", "1024"]
+    for extra, option in (
+        (["--gpu-memory-utilization", "0.99"], "--kv-cache-memory-bytes"),
+        (["--kv-cache-memory-bytes", "64T"], "--kv-cache-memory-bytes"),
+    ):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err  # the progress lines ("starting vLLM on …"), then the error
+        errors = [line for line in err.splitlines() if "error" in line.lower()]
+        assert len(errors) == 1 and errors[0] == err.splitlines()[-1], err
+        assert errors[0].startswith("tokenrelay serve: error: ") and option in errors[0], err
+        assert "Traceback" not in err
 
 
 def test_a_client_that_leaves_aborts_the_vllm_request(in_process: tuple[str, VLLMEngine]) -> None:
@@ -182,3 +226,74 @@ def test_upstream_relays_vllms_server_exactly_and_survives_a_dead_replica(
             time.sleep(0.05)
         assert running and all(ln.rstrip().endswith(" 0.0") for ln in running)  # vLLM aborted it
         assert engine.replicas[1].cancelled == 1
+
+
+# Issue 20: response_format through vLLM's structured outputs (in-process) and through vLLM's server (upstream).
+CITY: dict[str, Any] = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 24}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+CITY_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {"name": "city", "schema": CITY, "strict": True},
+}
+
+
+def json_reply(
+    url: str, model: str, stream: bool, response_format: dict[str, object]
+) -> tuple[str, str | None]:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    kwargs = {"model": model, "messages": [{"role": "user", "content": "Describe a city as JSON."}]}
+    if stream:
+        chunks = list(
+            client.chat.completions.create(  # type: ignore[call-overload]
+                **kwargs, temperature=0, max_tokens=120, stream=True, response_format=response_format
+            )
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        finish = next(
+            c.choices[0].finish_reason for c in reversed(chunks) if c.choices and c.choices[0].finish_reason
+        )
+        return text, finish
+    whole = client.chat.completions.create(  # type: ignore[call-overload]
+        **kwargs, temperature=0, max_tokens=120, response_format=response_format
+    )
+    return whole.choices[0].message.content or "", whole.choices[0].finish_reason
+
+
+def test_in_process_vllm_enforces_response_format(in_process: tuple[str, VLLMEngine]) -> None:
+    import jsonschema
+
+    url, engine = in_process
+    streamed = json_reply(url, engine.model, True, CITY_FORMAT)
+    assert streamed == json_reply(url, engine.model, False, CITY_FORMAT)  # streamed and whole agree
+    assert streamed[1] == "stop"
+    jsonschema.validate(json.loads(streamed[0]), CITY)
+    text, finish = json_reply(url, engine.model, True, {"type": "json_object"})
+    assert finish != "stop" or isinstance(json.loads(text), dict)
+    cut = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0).chat.completions.create(  # type: ignore[call-overload]
+        model=engine.model,
+        messages=[{"role": "user", "content": "Describe a city as JSON."}],
+        temperature=0,
+        max_tokens=4,
+        response_format=CITY_FORMAT,
+    )
+    assert cut.choices[0].finish_reason == "length" and streamed[0].startswith(
+        cut.choices[0].message.content or ""
+    )
+    engine.check_constraint(JSONConstraint(json.dumps(CITY)))  # vLLM's own validation accepts it
+
+
+def test_upstream_passes_response_format_to_vllms_server(vllm_server: str, model_dir: Path) -> None:
+    import jsonschema
+
+    engine = UpstreamEngine([vllm_server], load_tokenizer(str(model_dir)), model="smol", health_interval=0)
+    with serve(create_app(engine)) as url:
+        text, finish = json_reply(url, "smol", True, CITY_FORMAT)
+    # vLLM's server writes JSON with whatever whitespace the model picks (its default), within max_tokens.
+    if finish == "stop":
+        jsonschema.validate(json.loads(text), CITY)
+    else:
+        assert finish == "length" and text.lstrip().startswith("{")

@@ -13,6 +13,7 @@ event loop runs while a step computes. The object is not thread-safe: one worker
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 from tokenrelay._errors import ConfigError, EngineError
 from tokenrelay.engines._batching import BatchEntry
 
-__all__ = ["BatchEntry", "Mask", "NativeModel", "Sampler"]
+__all__ = ["BatchEntry", "GraphCounter", "Mask", "NativeModel", "Sampler"]
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "draw a random seed", as the OpenAI API does
 
@@ -76,6 +77,44 @@ class Sampler:
             self._chain = None
 
 
+class _TensorHead(ctypes.Structure):
+    """``struct ggml_tensor`` up to its name (ggml.h as vendored by llama-cpp-python 0.3.36), to read which node
+    the scheduler asks about."""
+
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+        ("op", ctypes.c_int),
+        ("op_params", ctypes.c_int32 * 16),
+        ("flags", ctypes.c_int32),
+        ("src", ctypes.c_void_p * 10),
+        ("view_src", ctypes.c_void_p),
+        ("view_offs", ctypes.c_size_t),
+        ("data", ctypes.c_void_p),
+        ("name", ctypes.c_char * 64),
+    ]
+
+
+class GraphCounter:
+    """Counts graph computes (one per ubatch) through llama.cpp's eval callback, which the scheduler asks about
+    every node of every graph it computes: the node named ``result_norm`` is in each graph once. For
+    measurements only (``benchmarks/engine_steps.py``): a Python call per node costs milliseconds a step."""
+
+    def __init__(self) -> None:
+        import llama_cpp as lc
+
+        self.computes = 0
+
+        def on_node(tensor: int, ask: bool, _data: int) -> bool:
+            if ask and _TensorHead.from_address(tensor).name == b"result_norm":
+                self.computes += 1
+            return False  # no node's data is wanted: the graph runs unsplit
+
+        self.callback = lc.ggml_backend_sched_eval_callback(on_node)
+
+
 class NativeModel:
     """A GGUF model and one multi-sequence context. Build it with :meth:`load`."""
 
@@ -94,6 +133,7 @@ class NativeModel:
         """Token ids run from 0 to ``n_vocab - 1``."""
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self.metadata: dict[str, str] = model.metadata()
+        self.graph_counter: GraphCounter | None = None
 
     @classmethod
     def load(
@@ -105,8 +145,10 @@ class NativeModel:
         n_ctx_seq: int,
         n_batch: int = 512,
         use_extra_bufts: bool = True,
+        graph_counter: GraphCounter | None = None,
     ) -> NativeModel:
-        """Load ``path`` with room for ``n_parallel`` sequences of ``n_ctx_seq`` tokens each."""
+        """Load ``path`` with room for ``n_parallel`` sequences of ``n_ctx_seq`` tokens each; a
+        ``graph_counter`` counts the graphs llama.cpp computes (measurements only: it slows every step)."""
         import llama_cpp as lc
         from llama_cpp._internals import LlamaModel
         from llama_cpp._logger import set_verbose
@@ -137,13 +179,17 @@ class NativeModel:
         # sequence here, 58 against 66 ms for eight. (llama-cpp-python's Llama defaults to off; the tests' oracle
         # is a Llama with flash_attn=True, whose logits then match ours to the last bit.)
         cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        if graph_counter is not None:
+            cparams.cb_eval = graph_counter.callback
         ctx = lc.llama_init_from_model(model.model, cparams)
         if ctx is None:
             model.close()  # type: ignore[no-untyped-call,unused-ignore]  # Any without llama_cpp (make lint)
             raise ConfigError(
                 f"llama.cpp could not make a context of {n_parallel} × {n_ctx_seq} tokens for {path}"
             )
-        return cls(model, ctx, n_parallel=n_parallel, n_batch=n_batch)
+        native = cls(model, ctx, n_parallel=n_parallel, n_batch=n_batch)
+        native.graph_counter = graph_counter  # its callback must live as long as the context
+        return native
 
     # -- vocabulary ------------------------------------------------------------------------------------------
 
@@ -205,14 +251,23 @@ class NativeModel:
             raise EngineError(f"llama_decode failed with status {status} on a step of {len(entries)} tokens")
         return rows
 
+    @property
+    def graphs_reused(self) -> int:
+        """Graph computes that reused the previous step's graph (llama.cpp's ``n_reused`` perf counter)."""
+        import llama_cpp as lc
+
+        return int(lc.llama_perf_context(self._ctx).n_reused)
+
     def sample(self, sampler: Sampler, row: int) -> int:
         return sampler.sample(self._ctx, row)
 
-    def forget(self, seq: int) -> None:
-        """Free every KV cell of ``seq`` so the next request can use the sequence from position 0."""
+    def forget(self, seq: int, *, start: int = 0) -> bool:
+        """Free the KV cells of ``seq`` from position ``start`` on (all of them by default), so the next
+        request reads its prompt into the sequence from there. False when the memory cannot drop a tail (a
+        recurrent model's state is all or nothing): then nothing was freed."""
         import llama_cpp as lc
 
-        lc.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        return bool(lc.llama_memory_seq_rm(self._mem, seq, start, -1))
 
     def self_test(self) -> None:
         """Decode as the server will: a multi-token prompt, then steps batching every sequence at once."""

@@ -34,7 +34,16 @@ from typing import Any, Literal, TypeAlias
 from tokenrelay._errors import ProtocolError
 from tokenrelay._openai_reader import error_from_body
 
-__all__ = ["PROTOCOLS", "Protocol", "UpstreamChunk", "reader_for", "request"]
+__all__ = [
+    "LLAMACPP_MAX_ENUM_VALUES",
+    "PROTOCOLS",
+    "Protocol",
+    "UpstreamChunk",
+    "enum_values",
+    "openai_response_format",
+    "reader_for",
+    "request",
+]
 
 Protocol: TypeAlias = Literal["openai", "sglang", "tgi", "llamacpp"]
 PROTOCOLS: tuple[Protocol, ...] = ("openai", "sglang", "tgi", "llamacpp")
@@ -127,6 +136,40 @@ def request(
     if schema is not None:
         parameters["grammar"] = {"type": "json", "value": schema}
     return "/generate_stream", {"inputs": prompt, "parameters": parameters}
+
+
+# llama.cpp's server turns a schema into a GBNF grammar whose sampler checks every token against every
+# alternative: a 20,000-value enum took it 477 s to answer on this project's VM. Past this many enum values
+# in one schema the front refuses the request rather than hand a replica minutes of work (OpenAI's own limit).
+LLAMACPP_MAX_ENUM_VALUES = 1000
+
+
+def openai_response_format(
+    schema: str | None, name: str | None, description: str | None, strict: bool | None
+) -> dict[str, Any]:
+    """OpenAI's ``response_format`` for a schema (JSON text), or for any JSON object when ``schema`` is None."""
+    if schema is None:
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": name or "response", "schema": json.loads(schema)}
+    if description is not None:
+        spec["description"] = description
+    if strict is not None:
+        spec["strict"] = strict
+    return {"type": "json_schema", "json_schema": spec}
+
+
+def enum_values(schema: str) -> int:
+    """How many ``enum`` values a schema (JSON text) lists in all."""
+    values, todo = 0, [json.loads(schema)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            enum = node.get("enum")
+            values += len(enum) if isinstance(enum, list) else 0
+            todo.extend(v for k, v in node.items() if k not in ("enum", "const"))
+        elif isinstance(node, list):
+            todo.extend(node)
+    return values
 
 
 def _schema_of(response_format: dict[str, Any] | None) -> object:

@@ -94,6 +94,11 @@ class JSONGrammars:
         self._lock = threading.Lock()
         self._cache: OrderedDict[JSONConstraint, Any] = OrderedDict()
 
+    @property
+    def ready(self) -> bool:
+        """Whether the llguidance tokenizer was built (a constraint was compiled)."""
+        return self._tokenizer is not None
+
     def check(self, constraint: JSONConstraint) -> None:
         """Compile ``constraint`` (or find it compiled); ``InvalidRequestError`` if llguidance refuses it."""
         self._template(constraint)

@@ -21,7 +21,10 @@ Replicas (every URL serves the same model):
 - structured output: ``params.constraint`` goes to the replica in its protocol's field (``_upstream_wire``);
   the replica enforces it;
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
-  (``metrics_collector()`` is a Prometheus collector the server registers).
+  (``metrics_collector()`` is a Prometheus collector the server registers);
+- several worker processes (``serve --workers N``): ``share_counts`` puts each replica's numbers in cells
+  every worker reads (``server.board``), so the least-loaded pick counts every worker's requests in flight,
+  and the metrics and ``health()`` are the whole server's.
 """
 
 from __future__ import annotations
@@ -29,10 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, Literal
 
 import httpx
@@ -41,7 +42,15 @@ from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, To
 from tokenrelay._openai_reader import error_from_body
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._sse import SSEParser
-from tokenrelay.engines._upstream_wire import PROTOCOLS, Protocol, reader_for, request
+from tokenrelay.engines._upstream_wire import (
+    LLAMACPP_MAX_ENUM_VALUES,
+    PROTOCOLS,
+    Protocol,
+    enum_values,
+    openai_response_format,
+    reader_for,
+    request,
+)
 from tokenrelay.engines.base import (
     EngineFinished,
     JSONConstraint,
@@ -53,49 +62,18 @@ from tokenrelay.engines.base import (
     TextStep,
     render_plain_chat,
 )
+from tokenrelay.engines.replicas import Replica, ReplicaCollector, SharedCells, SharedReplica
 
 __all__ = ["Replica", "UpstreamEngine", "discover_model"]
 
 
-@dataclass(eq=False)
-class Replica:
-    """One upstream server and what happened on it."""
-
-    url: str
-    healthy: bool = True
-    active: int = 0
-    requests: int = 0
-    failures: int = 0
-    retried_away: int = 0
-    tokens: int = 0
-    cancelled: int = 0
-    last_error: str = ""
-    ttft: list[float] = field(default_factory=list, repr=False)
-
-    def down(self, reason: str) -> None:
-        self.healthy = False
-        self.failures += 1
-        self.last_error = reason
-
-
 def response_format(constraint: JSONConstraint | None) -> dict[str, Any] | None:
-    """The OpenAI ``response_format`` for ``constraint`` (the request's own, rebuilt from what was checked)."""
+    """The OpenAI ``response_format`` for ``constraint`` (rebuilt from what the front checked)."""
     if constraint is None:
         return None
-    if constraint.schema is None:
-        return {"type": "json_object"}
-    spec: dict[str, Any] = {"name": constraint.name or "response", "schema": json.loads(constraint.schema)}
-    if constraint.description is not None:
-        spec["description"] = constraint.description
-    if constraint.strict is not None:
-        spec["strict"] = constraint.strict
-    return {"type": "json_schema", "json_schema": spec}
-
-
-# llama.cpp's server turns a schema into a GBNF grammar whose sampler checks every token against every
-# alternative: a 20,000-value enum took it 477 s to answer on this project's VM. Past this many enum values
-# in one schema the front refuses the request rather than hand a replica hours of work (OpenAI's own limit).
-LLAMACPP_MAX_ENUM_VALUES = 1000
+    return openai_response_format(
+        constraint.schema, constraint.name, constraint.description, constraint.strict
+    )
 
 
 class _Retry(Exception):
@@ -177,25 +155,14 @@ class UpstreamEngine:
         return self._tokenizer.encode(render_plain_chat(prompt))
 
     def check_constraint(self, constraint: JSONConstraint) -> None:
-        """Refuse what a replica of this protocol would take far too long over (see
-        ``LLAMACPP_MAX_ENUM_VALUES``); every replica enforces the schema itself, and refuses what it cannot."""
-        if self.protocol != "llamacpp" or constraint.schema is None:
-            return
-        values, todo = 0, [json.loads(constraint.schema)]
-        while todo:
-            node = todo.pop()
-            if isinstance(node, dict):
-                enum = node.get("enum")
-                values += len(enum) if isinstance(enum, list) else 0
-                todo.extend(v for k, v in node.items() if k not in ("enum", "const"))
-            elif isinstance(node, list):
-                todo.extend(node)
+        """Refuse what llama.cpp's server would take minutes over (``LLAMACPP_MAX_ENUM_VALUES``); each replica
+        enforces the schema itself and refuses what it cannot."""
+        values = enum_values(constraint.schema) if self.protocol == "llamacpp" and constraint.schema else 0
         if values > LLAMACPP_MAX_ENUM_VALUES:
             param = "response_format.json_schema.schema"
             raise InvalidRequestError(
-                f"{param}: the schema lists {values:,} enum values; llama.cpp's server (this front's "
-                f"replicas) is given at most {LLAMACPP_MAX_ENUM_VALUES:,}: its grammar sampler would take "
-                "minutes over each token",
+                f"{param}: the schema lists {values:,} enum values; llama.cpp's server (this front's replicas) "
+                f"is given at most {LLAMACPP_MAX_ENUM_VALUES:,}: its grammar sampler takes minutes over one",
                 param=param,
             )
 
@@ -329,7 +296,7 @@ class UpstreamEngine:
         turn = next(self._turn)
         n = len(self.replicas)
         # Least in flight; ties broken by a rotating start, so equal replicas share the load.
-        return min(healthy, key=lambda r: (r.active, (self.replicas.index(r) - turn) % n))
+        return min(healthy, key=lambda r: (r.load(), (self.replicas.index(r) - turn) % n))
 
     def _ensure_started(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -367,15 +334,15 @@ class UpstreamEngine:
         replicas = [
             {
                 "url": r.url,
-                "healthy": r.healthy,
-                "active": r.active,
-                "requests": r.requests,
-                "failures": r.failures,
+                "healthy": r.up(),
+                "active": r.load(),
+                "requests": r.total("requests"),
+                "failures": r.total("failures"),
                 "last_error": r.last_error or None,
             }
             for r in self.replicas
         ]
-        return {"healthy": any(r.healthy for r in self.replicas), "replicas": replicas}
+        return {"healthy": any(r.up() for r in self.replicas), "replicas": replicas}
 
     async def _health_loop(self) -> None:
         while True:
@@ -383,9 +350,15 @@ class UpstreamEngine:
                 await self.check_health()
             await asyncio.sleep(self._health_interval)
 
-    def metrics_collector(self) -> _ReplicaCollector:
+    def share_counts(self, cells: Sequence[SharedCells]) -> None:
+        """Count into ``cells``, one per replica in order, shared with the server's other worker processes."""
+        if len(cells) != len(self.replicas):
+            raise ValueError(f"{len(cells)} shared cells for {len(self.replicas)} replicas")
+        self.replicas = [SharedReplica(r.url, c) for r, c in zip(self.replicas, cells, strict=True)]
+
+    def metrics_collector(self) -> ReplicaCollector:
         """A Prometheus collector of the per-replica numbers (the server registers it on its registry)."""
-        return _ReplicaCollector(self.replicas)
+        return ReplicaCollector(self)
 
     async def aclose(self) -> None:
         if self._health_task is not None:
@@ -401,32 +374,3 @@ class UpstreamEngine:
 async def _drain(chunks: AsyncIterator[bytes]) -> None:
     async for _ in chunks:
         pass
-
-
-class _ReplicaCollector:
-    def __init__(self, replicas: list[Replica]) -> None:
-        self._replicas = replicas
-
-    def collect(self) -> Iterator[object]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        counters = {
-            "requests": "Requests sent to the replica",
-            "failures": "Requests or health checks that failed on the replica",
-            "retried_away": "Requests moved to another replica after failing here before a token",
-            "tokens": "Token ids relayed from the replica",
-            "cancelled": "Requests on the replica closed before it finished them (the client left, or a stop "
-            "string ended the reply)",
-        }
-        for name, doc in counters.items():
-            family = CounterMetricFamily(f"tokenrelay_upstream_{name}", doc, labels=["replica"])
-            for r in self._replicas:
-                family.add_metric([r.url], getattr(r, name))
-            yield family
-        active = GaugeMetricFamily("tokenrelay_upstream_active", "Requests in flight", labels=["replica"])
-        up = GaugeMetricFamily("tokenrelay_upstream_up", "1 if the replica is healthy", labels=["replica"])
-        for r in self._replicas:
-            active.add_metric([r.url], r.active)
-            up.add_metric([r.url], 1 if r.healthy else 0)
-        yield active
-        yield up

@@ -5,7 +5,9 @@ with detokenization off and delta outputs: each step is the ids vLLM produced si
 text comes from tokenrelay's own detokenizer, stop matcher and wire, as for every engine. vLLM's queueing,
 continuous batching and parallelism are its own: its options (``tensor_parallel_size``,
 ``pipeline_parallel_size``, ``data_parallel_size``, ``distributed_executor_backend="ray"``,
-``max_model_len``, ``dtype``, ``enforce_eager``) pass straight to ``AsyncEngineArgs``.
+``max_model_len``, ``dtype``, ``enforce_eager``, ``gpu_memory_utilization``, ``kv_cache_memory_bytes``) pass
+straight to ``AsyncEngineArgs``. Its memory settings are checked against the machine before its engine
+starts, and on its CPU build the KV cache gets a size that fits when none is asked (``vllm_memory``).
 
 Prompts are tokenized by ``prompt_ids``, the way vLLM's OpenAI server does it (chat turns through the model's
 chat template, then the tokenizer without extra special tokens; a text prompt with them), once per request
@@ -15,10 +17,11 @@ detokenizes against are the ones the model read.
 Cancellation: closing the generator (the client left) aborts the vLLM request at once.
 
 Structured output (issue 20): ``params.constraint`` becomes vLLM's ``StructuredOutputsParams`` (``json`` for a
-schema, ``json_object`` for any object); vLLM's "auto" backend picks xgrammar, or llguidance for what xgrammar
-cannot do. ``load`` turns vLLM's ``disable_any_whitespace`` on unless told otherwise (compact JSON, as the
-embedded engine writes it, so a small model cannot pad a reply with whitespace), and ``check_constraint`` runs
-vLLM's own request validation at the server's intake, so a schema vLLM refuses is a 400 before the stream.
+schema, ``json_object`` for any object). Unless ``structured_outputs_config`` is passed, ``load`` picks vLLM's
+``guidance`` backend (llguidance, the embedded engine's mechanism: the same subset of JSON Schema) with
+``disable_any_whitespace`` (compact JSON, as the embedded engine writes it, so a small model cannot pad a reply
+with whitespace; vLLM allows that flag only with a named backend, not "auto"). ``check_constraint`` runs vLLM's
+own request validation at the server's intake, so a schema vLLM refuses is a 400 before the stream.
 
 ``--model smollm2`` is an HF-format copy of the embedded SmolLM2-135M-Instruct GGUF, made once and cached
 (:func:`smollm2_hf_dir`); vLLM itself, torch and transformers come with ``pip install 'tokenrelay[vllm]'``.
@@ -39,6 +42,7 @@ from typing import Any
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
 from tokenrelay.engines.base import EngineFinished, JSONConstraint, Prompt, SamplingParams, Step
+from tokenrelay.engines.vllm_memory import settle_memory
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
 __all__ = ["VLLMEngine", "smollm2_hf_dir"]
@@ -140,9 +144,17 @@ class VLLMEngine:
             if "structured_outputs_config" not in options:
                 from vllm.config import StructuredOutputsConfig
 
-                options["structured_outputs_config"] = StructuredOutputsConfig(disable_any_whitespace=True)
+                options["structured_outputs_config"] = StructuredOutputsConfig(
+                    backend="guidance", disable_any_whitespace=True
+                )
             args = AsyncEngineArgs(model=path, served_model_name=[name], **options)
-            llm = AsyncLLM.from_engine_args(args)
+            config = args.create_engine_config()
+            settle_memory(config, utilization_asked="gpu_memory_utilization" in options, report=report)
+            llm = AsyncLLM.from_vllm_config(
+                config, enable_log_requests=args.enable_log_requests, disable_log_stats=args.disable_log_stats
+            )
+        except ConfigError:
+            raise
         except Exception as exc:  # vLLM raises many kinds at start-up; all are a bad setup here
             raise ConfigError(f"vLLM could not start on {path}: {exc}") from exc
         hf = llm.get_tokenizer()

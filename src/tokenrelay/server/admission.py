@@ -21,8 +21,16 @@ __all__ = ["Admission"]
 
 class Admission:
     def __init__(
-        self, max_active: int, max_queued: int, metrics: ServerMetrics, retry_after: float = 1.0
+        self,
+        max_active: int,
+        max_queued: int,
+        metrics: ServerMetrics,
+        retry_after: float = 1.0,
+        *,
+        shared: memoryview | None = None,
     ) -> None:
+        """``shared``: two cells (running, queued) where a worker of several shows its counts to the others
+        (``server.board``); its limits are its own."""
         if max_active < 1 or max_queued < 0:
             raise ValueError("max_active must be ≥ 1 and max_queued ≥ 0")
         self.max_active = max_active
@@ -32,9 +40,9 @@ class Admission:
         self._retry_after = retry_after
         self.active = 0
         self.waiting = 0
+        self._shared = shared
         # Read when /metrics is scraped, not written on every change: nothing on the request path.
-        metrics.active.set_function(lambda: self.active)
-        metrics.queued.set_function(lambda: self.waiting)
+        metrics.watch(lambda: self.active, lambda: self.waiting)
 
     def enter(self) -> None:
         """Reserve a place (running or queued), or raise 429 when there is none."""
@@ -46,6 +54,7 @@ class Admission:
                 code="server_busy",
             )
         self.waiting += 1
+        self._show()
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -54,13 +63,21 @@ class Admission:
             await self._slots.acquire()
         finally:
             self.waiting -= 1
+            self._show()  # also when the wait was cancelled
         self.active += 1
+        self._show()
         try:
             yield
         finally:
             self.active -= 1
             self._slots.release()
+            self._show()
 
     def leave_unstarted(self) -> None:
         """Give back a place reserved by ``enter()`` whose stream never asked for its slot."""
         self.waiting -= 1
+        self._show()
+
+    def _show(self) -> None:
+        if self._shared is not None:
+            self._shared[0], self._shared[1] = self.active, self.waiting

@@ -19,7 +19,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
@@ -41,6 +41,9 @@ from .metrics import CONTENT_TYPE, ServerMetrics
 from .openapi import describe
 from .page import mount_page
 from .responses import EventStreamResponse, JSONGenerationResponse
+
+if TYPE_CHECKING:
+    from .board import Seat
 
 __all__ = ["ServerConfig", "create_app"]
 
@@ -71,14 +74,27 @@ class ServerConfig:
 
 
 class _Server:
-    def __init__(self, engine: Engine, config: ServerConfig) -> None:
+    def __init__(self, engine: Engine, config: ServerConfig, seat: Seat | None = None) -> None:
         self.engine = engine
         self.config = config
-        self.metrics = ServerMetrics(engine.model, ENDPOINTS)
+        self.seat = seat  # one of several worker processes: their shared board, and this one's row
+        share = getattr(engine, "share_counts", None)  # an engine whose counts the workers share (upstream)
+        if seat is not None and share is not None:
+            share(seat.board.replica_cells(seat.worker))
+        self.metrics = ServerMetrics(engine.model, ENDPOINTS, multiprocess=seat is not None)
         collector = getattr(engine, "metrics_collector", None)  # an engine's own numbers (upstream replicas)
         if collector is not None:
-            self.metrics.registry.register(collector())
-        self.admission = Admission(config.max_active, config.max_queued, self.metrics, config.retry_after)
+            self.metrics.add_collector(collector())
+        self.admission = Admission(
+            config.max_active,
+            config.max_queued,
+            self.metrics,
+            config.retry_after,
+            shared=None if seat is None else seat.generations(),
+        )
+        if seat is not None:  # the gauges and /health count every worker's generations
+            board = seat.board
+            self.metrics.watch(lambda: board.total("active"), lambda: board.total("queued"))
         self.models = (engine.model, *config.model_aliases)
         self.intake = Intake(
             engine,
@@ -186,10 +202,11 @@ class _RelayApp(FastAPI):
         await response(scope, receive, send)
 
 
-def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
-    """An OpenAI-compatible FastAPI app serving ``engine``."""
+def create_app(engine: Engine, config: ServerConfig | None = None, *, seat: Seat | None = None) -> FastAPI:
+    """An OpenAI-compatible FastAPI app serving ``engine``; ``seat``: the app of one worker process of several
+    (``server.workers``), whose metrics and ``/health`` are the whole server's."""
     config = config or ServerConfig()
-    server = _Server(engine, config)
+    server = _Server(engine, config, seat)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -286,12 +303,14 @@ def create_app(engine: Engine, config: ServerConfig | None = None) -> FastAPI:
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        body = {
-            "status": "draining" if server.draining else "ok",
-            "model": engine.model,
-            "active": server.admission.active,
-            "queued": server.admission.waiting,
-        }
+        body: dict[str, object] = {"status": "draining" if server.draining else "ok", "model": engine.model}
+        if seat is None:
+            body["active"], body["queued"] = server.admission.active, server.admission.waiting
+        else:  # the whole server: every worker's generations, and how many workers run
+            board = seat.board
+            body["active"], body["queued"] = board.total("active"), board.total("queued")
+            states = board.worker_states()
+            body["workers"] = {"configured": board.workers, "running": len(states), "each": states}
         down = server.draining
         replicas = getattr(engine, "health", None)  # an engine in front of others (upstream): their state
         if replicas is not None:

@@ -35,6 +35,7 @@ from tokenrelay._stream import Finished, TextDelta
 from tokenrelay.engines.base import stream_events
 
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
+from .tool_replies import tool_body, tool_frames
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -167,6 +168,13 @@ class Run:
             step_times=step_times,
         )
 
+    # For tool_replies (issue 21), which reads the events and reports a failure as the token path does.
+    def events(self, step_times: bool = False) -> AsyncIterator[TextDelta | Finished]:
+        return self._stream(step_times)
+
+    def fail(self, exc: BaseException) -> TokenRelayError:
+        return self._fail(exc)
+
     def _fail(self, exc: BaseException) -> TokenRelayError:
         if isinstance(exc, TokenRelayError):
             # Kept without its traceback, whose frames hold this run: no cycle outlives the request.
@@ -178,6 +186,10 @@ class Run:
 
     async def frames(self) -> AsyncIterator[bytes]:
         server, gen = self.server, self.gen
+        if gen.tools is not None:  # a reply that may call tools: its own path, so others pay nothing
+            async for frame in tool_frames(self):
+                yield frame
+            return
         writer_cls = ChatChunkWriter if gen.kind == "chat" else TextChunkWriter
         writer = writer_cls(
             id=self.id, model=gen.model, created=self.created, include_usage=gen.include_usage
@@ -225,6 +237,8 @@ class Run:
 
     async def body(self) -> tuple[int, bytes]:
         gen = self.gen
+        if gen.tools is not None:
+            return await tool_body(self)
         parts: list[str] = []
         ids: list[int] = []
         try:

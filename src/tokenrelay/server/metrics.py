@@ -10,20 +10,31 @@ is present at zero before anything happened (a rate over a series that appears o
 misses that error); ``tokenrelay_build_info`` says which version runs. The ``*_created`` series that
 prometheus_client adds to every counter and histogram are left out: they double the output and no
 dashboard of ours reads them (and the library's own switch for that is process-wide).
+
+Several worker processes (``serve --workers N``) are one server to whoever scrapes any of them: with
+``multiprocess=True`` the counters and histograms are prometheus_client's multiprocess values (a file per
+process in ``PROMETHEUS_MULTIPROC_DIR``, summed at each scrape by its ``MultiProcessCollector``; a replaced
+worker's files stay, so no total goes down), and the gauges and the engine's collectors read the workers'
+shared board (``server.board``) through the readers they are given.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import platform
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client import values as shared_values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 from tokenrelay import __version__
+from tokenrelay._errors import ConfigError
 
 __all__ = ["CONTENT_TYPE", "ERROR_TYPES", "ServerMetrics"]
 
@@ -63,20 +74,51 @@ class _ManyAtOnce:
     """
 
     def __init__(
-        self, name: str, doc: str, model: str, buckets: Sequence[float], registry: CollectorRegistry
+        self,
+        name: str,
+        doc: str,
+        model: str,
+        buckets: Sequence[float],
+        registry: CollectorRegistry,
+        *,
+        multiprocess: bool = False,
     ):
         self._name, self._doc, self._model = name, doc, model
         self._bounds = tuple(sorted(buckets))
         self._counts = [0] * (len(self._bounds) + 1)  # the last: above every bound (+Inf)
         self._sum = 0.0
-        registry.register(self)
+        self._shared: list[shared_values.ValueClass] | None = None
+        if multiprocess:
+            # The cells prometheus_client's own Histogram writes in multiprocess mode (one per bucket, not
+            # cumulative, and the sum), so MultiProcessCollector merges them as it merges a Histogram's.
+            bucket = [(model, repr(float(b))) for b in self._bounds] + [(model, "+Inf")]
+            self._shared = [
+                *(
+                    shared_values.ValueClass("histogram", name, name + "_bucket", ("model", "le"), v, doc)
+                    for v in bucket
+                ),
+                shared_values.ValueClass("histogram", name, name + "_sum", ("model",), (model,), doc),
+            ]
+        else:
+            registry.register(self)
 
     def observe_many(self, values: Iterable[float]) -> None:
-        counts, bounds, total = self._counts, self._bounds, self._sum
+        counts, bounds = self._counts, self._bounds
+        if self._shared is None:
+            total = self._sum
+            for value in values:
+                counts[bisect_left(bounds, value)] += 1  # the first bound ≥ value: buckets are "≤ le"
+                total += value  # value by value, as Histogram.observe adds them
+            self._sum = total
+            return
+        mine, total = [0] * len(counts), 0.0  # this reply's, then added to the shared cells
         for value in values:
-            counts[bisect_left(bounds, value)] += 1  # the first bound ≥ value: Prometheus buckets are "≤ le"
-            total += value  # value by value, as Histogram.observe adds them
-        self._sum = total
+            mine[bisect_left(bounds, value)] += 1
+            total += value
+        for cell, count in zip(self._shared, mine, strict=False):
+            if count:
+                cell.inc(count)
+        self._shared[-1].inc(total)
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self._name, self._doc, labels=["model"])
@@ -100,11 +142,35 @@ class _WithoutCreated:
             yield metric
 
 
+class _Live:
+    """The gauges read when scraped (nothing on the request path): running and queued generations."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self.active: Callable[[], float] = lambda: 0
+        self.queued: Callable[[], float] = lambda: 0
+
+    def collect(self) -> Iterator[Metric]:
+        for name, doc, read in (
+            ("tokenrelay_active_generations", "Generations running now", self.active),
+            ("tokenrelay_queued_generations", "Generations waiting for a slot", self.queued),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=["model"])
+            family.add_metric([self._model], float(read()))
+            yield family
+
+
 class ServerMetrics:
     """The metrics of a server for ``model``; ``endpoints`` are the generation paths its requests are counted
-    by (``generation.ENDPOINTS``), each with a series at zero."""
+    by (``generation.ENDPOINTS``), each with a series at zero. ``multiprocess``: one of several worker
+    processes (see the module docstring)."""
 
-    def __init__(self, model: str, endpoints: Iterable[str]) -> None:
+    def __init__(self, model: str, endpoints: Iterable[str], *, multiprocess: bool = False) -> None:
+        if multiprocess and not getattr(shared_values.ValueClass, "_multiprocess", False):
+            raise ConfigError(
+                "multiprocess metrics need PROMETHEUS_MULTIPROC_DIR set before prometheus_client is imported"
+            )
+        self.multiprocess = multiprocess
         self.registry = CollectorRegistry()
         r = self.registry
         m = ["model"]
@@ -113,21 +179,21 @@ class ServerMetrics:
             child: Histogram = Histogram(name, doc, m, buckets=tuple(buckets), registry=r).labels(model)
             return child
 
-        def gauge(name: str, doc: str) -> Gauge:
-            child: Gauge = Gauge(name, doc, m, registry=r).labels(model)
-            return child
-
         def counter(name: str, doc: str) -> Counter:
             child: Counter = Counter(name, doc, m, registry=r).labels(model)
             return child
 
         self.ttft = histogram("tokenrelay_ttft_seconds", "Time to first token", _LATENCY)
         self.inter_token = _ManyAtOnce(
-            "tokenrelay_inter_token_seconds", "Gap between visible deltas", model, _GAPS, r
+            "tokenrelay_inter_token_seconds",
+            "Gap between visible deltas",
+            model,
+            _GAPS,
+            r,
+            multiprocess=multiprocess,
         )
         self.e2e = histogram("tokenrelay_e2e_seconds", "Request start to end", _LATENCY)
-        self.active = gauge("tokenrelay_active_generations", "Generations running now")
-        self.queued = gauge("tokenrelay_queued_generations", "Generations waiting for a slot")
+        self.live = _Live(model)
         self.cancellations = counter(
             "tokenrelay_cancellations", "Generations stopped because the client went away"
         )
@@ -160,6 +226,37 @@ class ServerMetrics:
         }
         for error_type in ERROR_TYPES:
             self.errors.labels(error_type)
+        # What no multiprocess file holds: read in this process at each scrape, in either mode.
+        self._here: list[Collector] = [self.live, _Only(r, "tokenrelay_build")]
+        if not multiprocess:
+            r.register(self.live)
+
+    def watch(self, active: Callable[[], float], queued: Callable[[], float]) -> None:
+        """Where the running and queued gauges are read from at each scrape."""
+        self.live.active, self.live.queued = active, queued
+
+    def add_collector(self, collector: Collector) -> None:
+        """Another source of series read at each scrape (an engine's own numbers)."""
+        if self.multiprocess:
+            self._here.append(collector)
+        else:
+            self.registry.register(collector)
 
     def render(self) -> bytes:
-        return generate_latest(_WithoutCreated(self.registry))
+        if not self.multiprocess:
+            return generate_latest(_WithoutCreated(self.registry))
+        scrape = CollectorRegistry()
+        MultiProcessCollector(scrape, os.environ["PROMETHEUS_MULTIPROC_DIR"])  # type: ignore[no-untyped-call]
+        for collector in self._here:
+            scrape.register(collector)
+        return generate_latest(_WithoutCreated(scrape))
+
+
+class _Only:
+    """The metrics of ``registry`` named ``name`` (the build info, which multiprocess files do not hold)."""
+
+    def __init__(self, registry: CollectorRegistry, name: str) -> None:
+        self._registry, self._name = registry, name
+
+    def collect(self) -> Iterator[Metric]:
+        return (m for m in self._registry.collect() if m.name == self._name)

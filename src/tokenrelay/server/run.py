@@ -25,6 +25,7 @@ import contextlib
 import errno
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import uvicorn
@@ -44,8 +45,9 @@ log = logging.getLogger("tokenrelay.server")
 _BACKSTOP = 5.0
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (``port`` 0 picks a free one), as uvicorn would bind it.
+def bind_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (``port`` 0 picks a free one), as uvicorn would bind it;
+    ``reuse_port``: with SO_REUSEPORT, to listen beside the server's other sockets on that port (workers).
 
     Raises :class:`ConfigError` with one line when the address is taken or cannot be bound.
     """
@@ -59,6 +61,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
         # SO_REUSEADDR lets a restarted server take its port back from TIME_WAIT; it does not let two
         # servers listen on one port (Linux and macOS refuse that with EADDRINUSE).
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
     except OSError as exc:
         sock.close()
@@ -132,13 +136,23 @@ def guarded_protocol(http: str, header_timeout: float) -> type[asyncio.Protocol]
 class RelayServer(uvicorn.Server):
     """uvicorn's server, telling the app when shutdown begins so running streams can end properly."""
 
-    def __init__(self, config: uvicorn.Config, *, graceful_timeout: float, app_state: _Drains | None) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        graceful_timeout: float,
+        app_state: _Drains | None,
+        on_started: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(config)
         self.graceful_timeout = graceful_timeout
         self.app_state = app_state
+        self.on_started = on_started
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
+        if self.started and self.on_started is not None:
+            self.on_started()
         if sockets and self.started:
             # uvicorn logs its address only when it binds the socket itself; scripts and the e2e harness read
             # the port from this line ("Uvicorn running on http://HOST:PORT").
@@ -166,10 +180,11 @@ def uvicorn_server(
     graceful_timeout: float = 5.0,
     header_timeout: float = 10.0,
     http: str = "auto",
+    on_started: Callable[[], None] | None = None,
     **uvicorn_options: Any,
 ) -> RelayServer:
     """A uvicorn server for ``app`` (a ``create_app`` app, or any ASGI app) with the guards above;
-    ``uvicorn_options`` go to ``uvicorn.Config``."""
+    ``on_started`` is called once it listens; ``uvicorn_options`` go to ``uvicorn.Config``."""
     config = uvicorn.Config(
         app,
         **uvicorn_options,
@@ -181,7 +196,7 @@ def uvicorn_server(
         timeout_graceful_shutdown=int(graceful_timeout + _BACKSTOP + 0.999),
     )
     state = getattr(getattr(app, "state", None), "tokenrelay", None)
-    return RelayServer(config, graceful_timeout=graceful_timeout, app_state=state)
+    return RelayServer(config, graceful_timeout=graceful_timeout, app_state=state, on_started=on_started)
 
 
 def serve(
