@@ -60,17 +60,17 @@ HOSTILE: list[tuple[str, dict[str, Any], str]] = [
     (
         "a mistyped schema type",
         body(tools=[function(parameters={"type": "strnig"})]),
-        "tools.0.function.parameters",
+        "tools.0.function.parameters.type",
     ),
     (
         "properties that are not schemas",
         body(tools=[function(parameters={"type": "object", "properties": {"a": 5}})]),
-        "tools.0.function.parameters",
+        "tools.0.function.parameters.properties.a",
     ),
     (
         "required that is not a list",
         body(tools=[function(parameters={"type": "object", "required": "city"})]),
-        "tools.0.function.parameters",
+        "tools.0.function.parameters.required",
     ),
     (
         "a schema of an array, not of an arguments object",

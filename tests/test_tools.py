@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tokenrelay import load_tokenizer
 from tokenrelay._tools import (
     ChatWithTools,
@@ -13,6 +15,7 @@ from tokenrelay._tools import (
     chat_with_tools,
     describe_tools,
     render_generic,
+    tool_grammar,
 )
 
 WEATHER = Tool(
@@ -114,3 +117,60 @@ def test_smollm2s_template_renders_the_generic_format() -> None:
     text = jinja2.Environment().from_string(template).render(messages=list(chat), add_generation_prompt=True)
     assert text.startswith("<|im_start|>system\nYou can call functions")
     assert text.endswith("<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n")
+
+
+# -- the grammar of the generic format's calls (for engines that constrain decoding) ---------------------------
+
+
+def accepts(grammar: str, text: str) -> bool:
+    """Whether llguidance, with SmolLM2's vocabulary, lets a model write exactly ``text`` and stop there."""
+    llguidance = pytest.importorskip("llguidance")
+    tok = load_tokenizer("smollm2")
+    hf = getattr(tok, "hf_tokenizer")  # noqa: B009 (the HF adapter's own, not on the Tokenizer protocol)
+    llt = llguidance.LLTokenizer(hf.to_str(), n_vocab=tok.vocab_size, eos_token=2)
+    matcher = llguidance.LLMatcher(llt, llguidance.LLMatcher.grammar_from_lark(grammar), log_level=0)
+    ids = tok.encode(text)
+    return bool(
+        matcher.validate_tokens(ids) == len(ids) and matcher.consume_tokens(ids) and matcher.is_accepting()
+    )
+
+
+CALL_W = '<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris"}}\n</tool_call>'
+CALL_T = '<tool_call>\n{"name":"get_time","arguments":{}}\n</tool_call>'
+
+
+def test_required_allows_only_calls_valid_against_their_tools_schemas() -> None:
+    grammar = tool_grammar(ToolRequest((WEATHER, TIME), "required"))
+    assert grammar is not None
+    assert accepts(grammar, CALL_W) and accepts(grammar, CALL_W + "\n" + CALL_T)
+    assert not accepts(grammar, "Sure. " + CALL_W)  # no text
+    assert not accepts(grammar, CALL_W.replace('"city"', '"town"'))  # required property missing
+    assert not accepts(grammar, CALL_W.replace("get_weather", "get_wether"))  # not a tool
+    assert not accepts(
+        grammar, '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    )  # compact only
+
+
+def test_a_named_tool_or_one_call_only() -> None:
+    named = tool_grammar(ToolRequest((WEATHER, TIME), "function", "get_time"))
+    assert named is not None and accepts(named, CALL_T) and not accepts(named, CALL_W)
+    single = tool_grammar(ToolRequest((WEATHER, TIME), "required", parallel=False))
+    assert single is not None and accepts(single, CALL_W) and not accepts(single, CALL_W + "\n" + CALL_T)
+
+
+def test_auto_allows_prose_or_text_then_calls_but_nothing_malformed_after_the_marker() -> None:
+    grammar = tool_grammar(ToolRequest((WEATHER, TIME)))
+    assert grammar is not None
+    assert accepts(grammar, "Just prose, no call.") and accepts(grammar, CALL_W)
+    assert accepts(grammar, "Let me check. " + CALL_W + "\n" + CALL_T)
+    assert not accepts(grammar, "Let me check. <tool_call> whatever")
+    assert tool_grammar(ToolRequest((WEATHER,), "none")) is None
+
+
+def test_a_non_strict_tools_unenforceable_keywords_are_ignored_a_strict_ones_are_not() -> None:
+    unique = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    lenient = tool_grammar(ToolRequest((Tool("tag", None, unique),), "required"))
+    assert lenient is not None and '"lenient":true' in lenient
+    assert accepts(lenient, '<tool_call>\n{"name":"tag","arguments":{"tags":["a"]}}\n</tool_call>')
+    strict = tool_grammar(ToolRequest((Tool("tag", None, unique, strict=True),), "required"))
+    assert strict is not None and '"lenient":false' in strict

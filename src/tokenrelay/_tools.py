@@ -21,7 +21,13 @@ same extractor reads both and vLLM's ``hermes`` parser agrees with it:
 - ``tool`` turns become a ``user`` turn holding one ``<tool_response>`` block per result, in order.
 
 With ``tool_choice: "none"`` the tools are not described (the model is not to call any); earlier calls and
-results are still rendered. Standard library only.
+results are still rendered.
+
+:func:`tool_grammar` is the generic format's calls as a grammar (llguidance's Lark dialect, each call's JSON an
+inline ``%json`` schema: its name a ``const``, its ``arguments`` the tool's ``parameters``), for engines that
+constrain decoding: ``"required"`` and a named tool allow only calls; ``"auto"`` allows any text, or text up
+to ``<tool_call>`` and from there only calls (a lazy lexeme: the grammar applies once the marker is written).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -32,12 +38,14 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 __all__ = [
+    "MAX_CALLS",
     "ChatWithTools",
     "Tool",
     "ToolCall",
     "ToolChoice",
     "ToolRequest",
     "render_generic",
+    "tool_grammar",
 ]
 
 ToolChoice: TypeAlias = Literal["none", "auto", "required", "function"]
@@ -193,3 +201,43 @@ def render_generic(turns: Iterable[Mapping[str, object]], tools: ToolRequest | N
         else:
             out.insert(0, {"role": "system", "content": offer})
     return list(out)
+
+
+MAX_CALLS = 16
+"""The most calls one constrained reply may make (a small model may otherwise repeat calls to max_tokens)."""
+
+
+def _call_schema(tool: Tool) -> dict[str, object]:
+    """One call's JSON: ``{"name": NAME, "arguments": {...}}``, its name first so that it streams first."""
+    parameters: dict[str, object] = (
+        dict(tool.parameters) if tool.parameters is not None else {"type": "object"}
+    )
+    parameters.pop("x-guidance", None)  # the engine's options, not the client's
+    return {
+        "type": "object",
+        "properties": {"name": {"const": tool.name}, "arguments": parameters},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def tool_grammar(tools: ToolRequest) -> str | None:
+    """The generic format's calls as a grammar (the module docstring); ``None`` when no call may be made.
+
+    Each call's JSON is compact (``whitespace_flexible`` off, as for ``response_format``). A tool's schema
+    keywords the engine cannot enforce are ignored unless the tool is ``strict`` (``lenient``): the request
+    then fails to compile, a 400, as a ``response_format`` schema does."""
+    offered = tools.callable
+    if not offered:
+        return None
+    options = {"whitespace_flexible": False, "lenient": not any(t.strict for t in offered)}
+    schema = {"anyOf": [_call_schema(t) for t in offered], "x-guidance": options}
+    body = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    more = f'("\\n<tool_call>\\n" body "\\n</tool_call>"){{0,{MAX_CALLS - 1}}}' if tools.parallel else ""
+    calls = f'"\\n" body "\\n</tool_call>" {more}'.rstrip()
+    if tools.must_call:
+        rules = [f'start: "<tool_call>" {calls}']
+    else:
+        # Any reply, or one whose text ends at the first <tool_call>: from there, only calls.
+        rules = [f"start: TEXT | head {calls}", "TEXT: /(.|\\n)*/", 'head[lazy]: TEXT "<tool_call>"']
+    return "\n".join([*rules, f"body: %json {body}"]) + "\n"

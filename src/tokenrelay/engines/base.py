@@ -162,13 +162,16 @@ class JSONConstraint:
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable; ``constraint``, when
-    set, is the JSON the reply must be (see the module docstring)."""
+    set, is the JSON the reply must be (see the module docstring); ``grammar`` a grammar it must match, in
+    llguidance's Lark dialect (tool calls, issue 21: ``_tools.tool_grammar``), for the engines that enforce one
+    (``enforces_grammars``: their ``check_constraint`` takes the grammar's text too)."""
 
     max_tokens: int | None = 256
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
     constraint: JSONConstraint | None = None
+    grammar: str | None = None
 
     def __post_init__(self) -> None:
         # The OpenAI API's own bounds, so a bad request is a 400 naming the field, not an engine crash.

@@ -39,7 +39,8 @@ can run the build (a CPU that reports AMX but cannot execute it died with SIGILL
 
 Structured output (issue 20): a request with ``params.constraint`` gets a token mask per step from
 ``llguidance_json`` (which says why llguidance), compiled off the worker (``check_constraint`` at intake, or in
-``generate``); a request without one pays nothing.
+``generate``); a request without one pays nothing. Tool calls (issue 21)
+are constrained the same way, from ``params.grammar``.
 
 Chat prompts are rendered with the model's own template (GGUF ``tokenizer.chat_template``) through
 llama-cpp-python's ``Jinja2ChatFormatter`` (jinja2 is a dependency of llama-cpp-python).
@@ -137,6 +138,8 @@ class _Running:
 
 class LlamaCppEngine:
     """A loaded GGUF model. Build it with :meth:`load`; ``generate`` yields one token id per step."""
+
+    enforces_grammars = True  # params.grammar (tool calls) is enforced, and checked by check_constraint
 
     def __init__(
         self,
@@ -319,8 +322,9 @@ class LlamaCppEngine:
             )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
         mask = None
-        if params.constraint is not None:  # compiled (or copied from the cache) here, never on the worker
-            mask = await loop.run_in_executor(None, self._grammars.mask, params.constraint)
+        constraint = params.constraint or params.grammar  # a grammar: tool calls (issue 21)
+        if constraint is not None:  # compiled (or copied from the cache) here, never on the worker
+            mask = await loop.run_in_executor(None, self._grammars.mask, constraint)
         request = _Request(list(prompt_ids), params, limit, loop, mask)
         self._inbox.put(request)
         finished = False
@@ -339,8 +343,9 @@ class LlamaCppEngine:
                 request.cancelled = True
                 self._inbox.put(None)  # wake the worker so the sequence is freed at the next step
 
-    def check_constraint(self, constraint: JSONConstraint) -> None:
-        """Compile ``constraint`` (blocking; the server's intake, off the loop): a 400 before the stream."""
+    def check_constraint(self, constraint: JSONConstraint | str) -> None:
+        """Compile ``constraint`` (blocking; the server's intake, off the loop): a 400 before the stream. A
+        ``str`` is ``params.grammar`` (tool calls)."""
         self._grammars.check(constraint)
 
     def metrics_collector(self) -> _PromptTokensCollector:

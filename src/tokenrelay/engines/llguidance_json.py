@@ -92,22 +92,24 @@ class JSONGrammars:
         self._n_vocab = n_vocab
         self._tokenizer: Any = None
         self._lock = threading.Lock()
-        self._cache: OrderedDict[JSONConstraint, Any] = OrderedDict()
+        # Keyed by the constraint, or by a grammar's text (``SamplingParams.grammar``: tool calls, issue 21).
+        self._cache: OrderedDict[JSONConstraint | str, Any] = OrderedDict()
 
     @property
     def ready(self) -> bool:
         """Whether the llguidance tokenizer was built (a constraint was compiled)."""
         return self._tokenizer is not None
 
-    def check(self, constraint: JSONConstraint) -> None:
-        """Compile ``constraint`` (or find it compiled); ``InvalidRequestError`` if llguidance refuses it."""
+    def check(self, constraint: JSONConstraint | str) -> None:
+        """Compile ``constraint`` (or find it compiled); ``InvalidRequestError`` if llguidance refuses it. A
+        ``str`` is a grammar in llguidance's Lark dialect (``SamplingParams.grammar``: tool calls)."""
         self._template(constraint)
 
-    def mask(self, constraint: JSONConstraint) -> JSONMask:
+    def mask(self, constraint: JSONConstraint | str) -> JSONMask:
         """A fresh mask for one sequence (compiles on a cache miss: call it off the decode thread)."""
         return JSONMask(self._template(constraint).deep_copy(), self._n_vocab)
 
-    def _template(self, constraint: JSONConstraint) -> Any:
+    def _template(self, constraint: JSONConstraint | str) -> Any:
         with self._lock:
             cached = self._cache.get(constraint)
             if cached is not None:
@@ -134,18 +136,26 @@ class JSONGrammars:
                     self._tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=self._n_vocab)
             return self._tokenizer
 
-    def _compile(self, constraint: JSONConstraint) -> Any:
+    def _compile(self, constraint: JSONConstraint | str) -> Any:
         import llguidance
 
         tokenizer = self._llg_tokenizer()
-        if constraint.schema is None:  # json_object: any JSON object
-            schema, param = '{"type":"object"}', "response_format"
+        if isinstance(constraint, str):  # a tool-call grammar: its JSON options are its own (_tools)
+            param = "tools"
+            try:
+                grammar = llguidance.LLMatcher.grammar_from_lark(constraint)
+            except ValueError as exc:
+                raise InvalidRequestError(f"{param}: {exc}", param=param) from exc
         else:
-            schema, param = _without_guidance_options(constraint.schema), "response_format.json_schema.schema"
-        try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=_OPTIONS)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise InvalidRequestError(f"{param}: {exc}", param=param) from exc
+            if constraint.schema is None:  # json_object: any JSON object
+                schema, param = '{"type":"object"}', "response_format"
+            else:
+                schema = _without_guidance_options(constraint.schema)
+                param = "response_format.json_schema.schema"
+            try:
+                grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=_OPTIONS)  # type: ignore[arg-type]
+            except ValueError as exc:
+                raise InvalidRequestError(f"{param}: {exc}", param=param) from exc
         # The matcher is built here, not just validated: its construction compiles the lexer (bounded by the
         # limits), and the cache hands out copies of it.
         matcher = llguidance.LLMatcher(

@@ -23,6 +23,8 @@ schema, ``json_object`` for any object). Unless ``structured_outputs_config`` is
 with whitespace; vLLM allows that flag only with a named backend, not "auto"). ``check_constraint`` runs vLLM's
 own request validation at the server's intake, so a schema vLLM refuses is a 400 before the stream.
 
+Tool calls (issue 21): ``params.grammar`` (llguidance's Lark) becomes ``StructuredOutputsParams(grammar=...)``.
+
 ``--model smollm2`` is an HF-format copy of the embedded SmolLM2-135M-Instruct GGUF, made once and cached
 (:func:`smollm2_hf_dir`); vLLM itself, torch and transformers come with ``pip install 'tokenrelay[vllm]'``.
 """
@@ -195,6 +197,10 @@ class VLLMEngine:
                 structured = self._structured(json_object=True)
             else:
                 structured = self._structured(json=constraint.schema)
+        elif (
+            params.grammar is not None
+        ):  # tool calls (issue 21): llguidance's Lark, for vLLM's guidance backend
+            structured = self._structured(grammar=params.grammar)
         return self._sampling_params(
             max_tokens=params.max_tokens,
             temperature=params.temperature,

@@ -158,12 +158,16 @@ class Intake:
             prepared = self._prepare(body, kind)
         else:
             prepared = await asyncio.get_running_loop().run_in_executor(self.pool, self._prepare, body, kind)
-        constraint = prepared.gen.params.constraint
+        params = prepared.gen.params
+        constraint, grammar = params.constraint, params.grammar
         check = getattr(self.engine, "check_constraint", None)  # engines that compile a schema (issue 20)
         if constraint is not None and check is not None:
             # Compiling a grammar can take a while (tens of ms for a 20,000-value enum): off the event loop, and
             # before the status line, so a schema the engine cannot compile is a 400, not an in-stream error.
             await asyncio.get_running_loop().run_in_executor(self.pool, check, constraint)
+        if grammar is not None and check is not None and getattr(self.engine, "enforces_grammars", False):
+            # Tool calls' grammar (issue 21), checked the same way by the engines that enforce one.
+            await asyncio.get_running_loop().run_in_executor(self.pool, check, grammar)
         return prepared
 
     def _prepare(self, body: bytes, kind: Literal["chat", "completion"]) -> Prepared:

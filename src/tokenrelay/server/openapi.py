@@ -16,7 +16,7 @@ from typing import Any
 from .generation import ENDPOINTS
 from .requests import MAX_STOPS, ROLES
 from .response_format import openapi_schemas
-from .tools import MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_CHARS, TOOL_CHOICES, TOOL_NAME
+from .tools import CALL_NEEDS_TOOLS, tool_fields, tool_schemas
 
 __all__ = ["GENERATION_ERRORS", "describe"]
 
@@ -64,101 +64,6 @@ _OFF: dict[str, JSON] = {
 _OFF_COMPLETIONS: dict[str, JSON] = {
     "tools": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
     "tool_choice": {"enum": [None, "none", "auto"]},
-    "parallel_tool_calls": {"type": ["boolean", "null"]},
-}
-
-
-def _tool_schemas(text: JSON) -> dict[str, JSON]:
-    return {
-        "FunctionDefinition": {
-            "type": "object",
-            "required": ["name"],
-            "properties": {
-                "name": {"type": "string", "pattern": f"^{TOOL_NAME.pattern}$"},
-                "description": {"type": ["string", "null"]},
-                "parameters": {
-                    "type": ["object", "null"],
-                    "description": "the JSON Schema of the arguments object: the types of its keywords are "
-                    f"checked, at most {MAX_SCHEMA_DEPTH} levels deep (a 400 naming the field otherwise)",
-                },
-                "strict": {"type": ["boolean", "null"]},
-            },
-        },
-        "Tool": {
-            "type": "object",
-            "required": ["type", "function"],
-            "properties": {"type": {"const": "function"}, "function": _ref("FunctionDefinition")},
-        },
-        "ToolCall": {
-            "type": "object",
-            "required": ["id", "function"],
-            "properties": {
-                "id": {"type": "string"},
-                "type": {"const": "function"},
-                "function": {
-                    "type": "object",
-                    "required": ["name", "arguments"],
-                    "properties": {
-                        "name": {"type": "string"},
-                        "arguments": {"type": "string", "description": "JSON text"},
-                    },
-                },
-            },
-        },
-        "ToolMessage": {
-            "type": "object",
-            "description": "A tool's result; its tool_call_id must be the id of a call an earlier assistant "
-            "turn of the same request made (a 400 `unknown_tool_call` otherwise)",
-            "required": ["role", "tool_call_id"],
-            "properties": {
-                "role": {"const": "tool"},
-                "tool_call_id": {"type": "string"},
-                "content": {"anyOf": [{"type": "null"}, text, {"type": "array", "items": _ref("TextPart")}]},
-            },
-        },
-    }
-
-
-def _tools_fields() -> dict[str, JSON]:
-    return {
-        "tools": {
-            "anyOf": [
-                {"type": "null"},
-                {"type": "array", "maxItems": MAX_TOOLS, "uniqueItems": True, "items": _ref("Tool")},
-            ],
-            "description": f"function tools, their names unique (a 400 `duplicate_tool_name` otherwise), at "
-            f"most {MAX_TOOLS_CHARS} characters of JSON in all",
-        },
-        "tool_choice": {
-            "anyOf": [
-                {"type": "null"},
-                {"enum": list(TOOL_CHOICES)},
-                {
-                    "type": "object",
-                    "required": ["type", "function"],
-                    "properties": {
-                        "type": {"const": "function"},
-                        "function": {
-                            "type": "object",
-                            "required": ["name"],
-                            "properties": {"name": {"type": "string"}},
-                        },
-                    },
-                    "description": "this function must be called: it must be one of `tools` (a 400 "
-                    "`unknown_tool` otherwise)",
-                },
-            ]
-        },
-        "parallel_tool_calls": {"type": ["boolean", "null"]},
-    }
-
-
-# "required" or a named function asks for a call: the request must offer tools.
-_CALL_NEEDS_TOOLS: JSON = {
-    "anyOf": [
-        {"properties": {"tool_choice": {"enum": [None, "none", "auto"]}}},
-        {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
-    ]
 }
 
 
@@ -255,7 +160,7 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
                 },
             ],
         },
-        **_tool_schemas(text),
+        **tool_schemas(text, _ref),
         "ChatCompletionRequest": {
             "type": "object",
             "required": ["messages"],
@@ -267,9 +172,9 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
                 },
                 "max_completion_tokens": max_tokens,
                 **common,
-                **_tools_fields(),
+                **tool_fields(_ref),
             },
-            **_CALL_NEEDS_TOOLS,
+            **CALL_NEEDS_TOOLS,
         },
         "CompletionRequest": {
             "type": "object",

@@ -6,12 +6,9 @@ server answers with an OpenAI-shaped 400 and keeps serving: invalid UTF-8, malfo
 not an object, missing or mistyped fields, values out of range, text holding a lone surrogate (``"\ud800"``
 is valid JSON but not Unicode text), a prompt over ``max_prompt_chars``, and fields we do not implement that
 would change the result (``n`` ≠ 1, penalties, logprobs, legacy ``functions``, …) — those are refused, never
-silently ignored. ``response_format`` (text, JSON, JSON Schema) is read by ``response_format.py``, on both
-endpoints. Fields that do not change the result (``user``, ``metadata``, ``store``, …) are accepted and
-ignored.
-
-Tools (issue 21, chat only) are read by ``tools.py``; here, the turns that hold calls and results: a ``tool``
-turn must answer a call an earlier assistant turn made (``unknown_tool_call``).
+silently ignored. ``response_format`` is read by ``response_format.py`` (both endpoints), tools by
+``tools.py`` (chat; here, a ``tool`` turn must answer an earlier call: ``unknown_tool_call``). Fields that do
+not change the result (``user``, ``metadata``, ``store``, …) are accepted and ignored.
 
 Types are strict, as OpenAI's are: ``"stream": "yes"``, ``"max_tokens": "5"`` or ``true`` are 400s naming the
 field, not coerced (an integer is accepted where a number is expected, and a number with no fraction where
@@ -35,7 +32,7 @@ from tokenrelay._tools import ToolRequest, chat_with_tools
 from tokenrelay.engines.base import ChatMessage, Prompt, SamplingParams
 
 from .response_format import ResponseFormat, constraint_from
-from .tools import NamedToolChoice, ToolBody, ToolCallBody, history_call, tool_request
+from .tools import NamedToolChoice, ToolBody, ToolCallBody, grammar_for, history_call, tool_request
 
 __all__ = ["ChatCompletionBody", "CompletionBody", "Generation", "parse_generation"]
 
@@ -402,6 +399,7 @@ def parse_generation(
         top_p=req.top_p,
         seed=req.seed,
         constraint=constraint_from(req.response_format),
+        grammar=grammar_for(tools, req.response_format),
     )
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     step_times = bool(req.stream and req.stream_options and req.stream_options.include_step_times)

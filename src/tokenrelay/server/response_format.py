@@ -39,6 +39,7 @@ __all__ = [
     "JSON_TYPES",
     "JSONSchemaFormat",
     "ResponseFormat",
+    "check_dialect",
     "constraint_from",
     "openapi_schemas",
 ]
@@ -111,12 +112,12 @@ def constraint_from(
     text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     size = len(text.encode("utf-8"))
     check_bounds(schema, size, param=param, limits=limits)
-    _check_dialect(schema, param)
+    check_dialect(schema, param)
     check_subset(schema, param=param, limits=limits)
     return JSONConstraint(schema=text, name=spec.name, description=spec.description, strict=spec.strict)
 
 
-def _check_dialect(schema: dict[str, Any] | bool, param: str) -> None:
+def check_dialect(schema: dict[str, Any] | bool, param: str) -> None:
     """Refuse a schema that is not a JSON Schema of a known draft (``"type": "strnig"``, ``"required": "a"``)."""
     import jsonschema_rs
 

@@ -8,21 +8,26 @@ definitions (each is part of the prompt), a ``tool_choice`` that asks for a call
 tool not offered (``unknown_tool``). ``requests.py`` checks the turns (a ``tool`` turn must answer a call an
 earlier turn made: ``unknown_tool_call``).
 
-``openapi.py`` describes the same fields with these limits.
+The OpenAPI description of these fields (``tool_schemas``, ``tool_fields``) is here too, with these limits.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
 from tokenrelay._errors import InvalidRequestError
-from tokenrelay._tools import Tool, ToolChoice, ToolRequest
+from tokenrelay._schema_subset import check_bounds, check_subset
+from tokenrelay._tools import Tool, ToolChoice, ToolRequest, tool_grammar
+
+from .response_format import ResponseFormat, check_dialect
 
 __all__ = [
+    "CALL_NEEDS_TOOLS",
     "MAX_TOOLS",
     "MAX_TOOLS_CHARS",
     "TOOL_CHOICES",
@@ -30,8 +35,11 @@ __all__ = [
     "NamedToolChoice",
     "ToolBody",
     "ToolCallBody",
+    "grammar_for",
     "history_call",
+    "tool_fields",
     "tool_request",
+    "tool_schemas",
 ]
 
 MAX_TOOLS = 128  # OpenAI's own limit
@@ -157,7 +165,7 @@ def tool_request(
         if f.description is not None:
             _check_text(f.description, f"{where}.function.description")
         if f.parameters is not None:
-            check_parameters(f.parameters, f"{where}.function.parameters")
+            check_parameters(f.parameters, f"{where}.function.parameters", strict=bool(f.strict))
         tools.append(Tool(f.name, f.description, f.parameters, bool(f.strict)))
     size = 0
     for i, tool in enumerate(tools):
@@ -206,80 +214,136 @@ def json_text(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def check_parameters(schema: dict[str, Any], param: str) -> None:
-    """Refuse ``parameters`` that are not the JSON Schema of an arguments object."""
+def check_parameters(schema: dict[str, Any], param: str, *, strict: bool) -> None:
+    """Refuse ``parameters`` that are not the JSON Schema of an arguments object: too large or deep (the
+    bounds ``response_format`` has), not a JSON Schema of a known draft (its meta-schema), or of a type other
+    than ``object``; for a ``strict`` tool, also a schema the engines cannot enforce (``check_subset``: a
+    non-strict tool's call is constrained with such keywords ignored). The checks are ``response_format``'s,
+    so both fields refuse the same schemas."""
+    size = len(json.dumps(schema, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    check_bounds(schema, size, param=param)
+    check_dialect(schema, param)
     kind = schema.get("type", "object")
     if kind != "object":
         raise InvalidRequestError(
             f"{param} must be the JSON Schema of an object (its 'type' is {kind!r})", param=param
         )
-    check_schema(schema, param)
+    if strict:
+        check_subset(schema, param=param)
 
 
-SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
-SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-SCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
-SCHEMA_NUMBERS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
-SCHEMA_COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
-SCHEMA_STRINGS = ("description", "title", "$ref", "pattern", "format")
-MAX_SCHEMA_DEPTH = 64
+def grammar_for(tools: ToolRequest | None, response_format: ResponseFormat | None) -> str | None:
+    """The grammar a reply that may call tools must match (``SamplingParams.grammar``, for the engines that
+    constrain decoding); a 400 when the request also asks for a ``response_format``, which cannot be
+    enforced together with it."""
+    if tools is None:
+        return None
+    if response_format is not None and response_format.type != "text":
+        raise InvalidRequestError(
+            "response_format and tools cannot be used together on this server; send one of them",
+            param="response_format",
+            code="unsupported_parameter",
+        )
+    return tool_grammar(tools)
 
 
-def check_schema(schema: object, param: str) -> None:
-    """Refuse a value that is not a JSON Schema: the types of the keywords that hold schemas, types, counts
-    and lists, checked over the whole schema (iteratively: it may nest deeply), at most ``MAX_SCHEMA_DEPTH``
-    levels. (Until response_format's schema check lands, the one both fields will share.)"""
-    todo: list[tuple[object, str, int]] = [(schema, param, 0)]
-    while todo:
-        node, where, depth = todo.pop()
-        if isinstance(node, bool):
-            continue  # true and false are schemas
-        if not isinstance(node, dict):
-            raise InvalidRequestError(f"{where} is not a JSON Schema (an object or a boolean)", param=param)
-        if depth > MAX_SCHEMA_DEPTH:
-            raise InvalidRequestError(f"{param} nests more than {MAX_SCHEMA_DEPTH} levels", param=param)
+# -- the OpenAPI description ----------------------------------------------------------------------------
 
-        def bad(keyword: str, what: str) -> InvalidRequestError:
-            return InvalidRequestError(f"{where}.{keyword} must be {what}", param=param)  # noqa: B023
+JSON = dict[str, Any]
 
-        kind = node.get("type")
-        if kind is not None:
-            kinds = kind if isinstance(kind, list) else [kind]
-            if not kinds or not all(isinstance(k, str) and k in SCHEMA_TYPES for k in kinds):
-                raise bad("type", f"one of {', '.join(sorted(SCHEMA_TYPES))}, or a list of them")
-        for keyword in SCHEMA_MAPS:
-            value = node.get(keyword)
-            if value is not None:
-                if not isinstance(value, dict):
-                    raise bad(keyword, "an object of schemas")
-                todo.extend((v, f"{where}.{keyword}.{k}", depth + 1) for k, v in value.items())
-        for keyword in SCHEMA_LISTS:
-            value = node.get(keyword)
-            if value is not None:
-                if not isinstance(value, list) or not value:
-                    raise bad(keyword, "a non-empty list of schemas")
-                todo.extend((v, f"{where}.{keyword}.{k}", depth + 1) for k, v in enumerate(value))
-        for keyword in SCHEMA_ONE:
-            if keyword in node:
-                todo.append((node[keyword], f"{where}.{keyword}", depth + 1))
-        required = node.get("required")
-        if required is not None and (
-            not isinstance(required, list) or not all(isinstance(r, str) for r in required)
-        ):
-            raise bad("required", "a list of property names")
-        enum = node.get("enum")
-        if enum is not None and not isinstance(enum, list):
-            raise bad("enum", "a list")
-        for keyword in SCHEMA_NUMBERS:
-            value = node.get(keyword)
-            if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
-                raise bad(keyword, "a number")
-        for keyword in SCHEMA_COUNTS:
-            value = node.get(keyword)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise bad(keyword, "a non-negative integer")
-        for keyword in SCHEMA_STRINGS:
-            value = node.get(keyword)
-            if value is not None and not isinstance(value, str):
-                raise bad(keyword, "a string")
+
+def tool_schemas(text: JSON, ref: Callable[[str], JSON]) -> dict[str, JSON]:
+    """The OpenAPI components of tool definitions and tool turns (``openapi.py`` adds them; ``ref`` makes a
+    ``$ref`` to one of them, ``text`` is the schema of a prompt text)."""
+    return {
+        "FunctionDefinition": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "pattern": f"^{TOOL_NAME.pattern}$"},
+                "description": {"type": ["string", "null"]},
+                "parameters": {
+                    "type": ["object", "null"],
+                    "description": "the JSON Schema of the arguments object, checked against its draft's "
+                    "meta-schema with response_format's bounds (a 400 naming the field otherwise)",
+                },
+                "strict": {"type": ["boolean", "null"]},
+            },
+        },
+        "Tool": {
+            "type": "object",
+            "required": ["type", "function"],
+            "properties": {"type": {"const": "function"}, "function": ref("FunctionDefinition")},
+        },
+        "ToolCall": {
+            "type": "object",
+            "required": ["id", "function"],
+            "properties": {
+                "id": {"type": "string"},
+                "type": {"const": "function"},
+                "function": {
+                    "type": "object",
+                    "required": ["name", "arguments"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "arguments": {"type": "string", "description": "JSON text"},
+                    },
+                },
+            },
+        },
+        "ToolMessage": {
+            "type": "object",
+            "description": "A tool's result; its tool_call_id must be the id of a call an earlier assistant "
+            "turn of the same request made (a 400 `unknown_tool_call` otherwise)",
+            "required": ["role", "tool_call_id"],
+            "properties": {
+                "role": {"const": "tool"},
+                "tool_call_id": {"type": "string"},
+                "content": {"anyOf": [{"type": "null"}, text, {"type": "array", "items": ref("TextPart")}]},
+            },
+        },
+    }
+
+
+def tool_fields(ref: Callable[[str], JSON]) -> dict[str, JSON]:
+    """The OpenAPI description of the chat request's tool fields, with this module's limits."""
+    return {
+        "tools": {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "array", "maxItems": MAX_TOOLS, "uniqueItems": True, "items": ref("Tool")},
+            ],
+            "description": f"function tools, their names unique (a 400 `duplicate_tool_name` otherwise), at "
+            f"most {MAX_TOOLS_CHARS} characters of JSON in all",
+        },
+        "tool_choice": {
+            "anyOf": [
+                {"type": "null"},
+                {"enum": list(TOOL_CHOICES)},
+                {
+                    "type": "object",
+                    "required": ["type", "function"],
+                    "properties": {
+                        "type": {"const": "function"},
+                        "function": {
+                            "type": "object",
+                            "required": ["name"],
+                            "properties": {"name": {"type": "string"}},
+                        },
+                    },
+                    "description": "this function must be called: it must be one of `tools` (a 400 "
+                    "`unknown_tool` otherwise)",
+                },
+            ]
+        },
+        "parallel_tool_calls": {"type": ["boolean", "null"]},
+    }
+
+
+# "required" or a named function asks for a call: the request must offer tools.
+CALL_NEEDS_TOOLS: JSON = {
+    "anyOf": [
+        {"properties": {"tool_choice": {"enum": [None, "none", "auto"]}}},
+        {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+    ]
+}

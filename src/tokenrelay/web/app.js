@@ -15,6 +15,7 @@ import { JSONView } from './json_view.js';
 import { RelayRecorder, drawLanes, heldText } from './lanes.js';
 import { createMarkdown } from './markdown.js';
 import { SettingsPanel } from './settings.js';
+import { ToolCards, resultForm } from './tool_cards.js';
 import { Smoother } from './smoother.js';
 import { ConversationStore, loadSettings, requestBody, responseFormat } from './store.js';
 import {
@@ -142,10 +143,17 @@ async function reply() {
   setBusy(true);
   const body = requestBody(settings, chat.messages);
   const { model, messages, ...params } = body;
+  // Tool calls (issue 21), drawn as cards under the reply's text as their arguments stream.
+  let cards = null;
+  const onToolCall = (calls) => {
+    cards ??= new ToolCards({ container: toolCallsOf(turn), onWrite: options.onWrite });
+    cards.update(calls);
+  };
   const outcome = await streamChat({
     model,
     messages,
     params,
+    onToolCall,
     apiKey: settings.apiKey,
     signal: controller.signal,
     stepTimes: relay !== null,
@@ -163,6 +171,8 @@ async function reply() {
   const summary = { status, error, finishReason, ttftMs, tokensPerSecond, tokens, totalMs };
   const message = { role: 'assistant', content: outcome.content, outcome: summary };
   if (json) message.format = 'json';
+  if (outcome.toolCalls.length > 0) message.tool_calls = outcome.toolCalls.map(asToolCall);
+  const drawn = cards?.end() ?? [];
   chat.messages.push(message);
   store.save(chat);
   renderHistory();
@@ -172,12 +182,56 @@ async function reply() {
   if (relay !== null && relay.records.length > 0) showRelay(turn, relay.result());
   if (!json) addCodeCopyButtons(turn.body);
   addActions(turn, chat.messages.length - 1);
+  if (message.tool_calls && outcome.status === 'finished') askResults(drawn, message.tool_calls);
   keepScrolled();
   if (outcome.httpStatus === 401) {
     panel.requireKey('This server requires an API key. Enter it, then press Regenerate.');
   } else {
     prompt.focus();
   }
+}
+
+/** The reply's calls as the chat request keeps them. */
+function asToolCall(call) {
+  return { id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } };
+}
+
+/** The element a turn's tool-call cards go into, under its body (made the first time). */
+function toolCallsOf(turn) {
+  let element = turn.article.querySelector('.tool-calls');
+  if (element === null) {
+    element = document.createElement('div');
+    element.className = 'tool-calls';
+    turn.body.after(element);
+  }
+  return element;
+}
+
+/** A result field under each card; once every call has its result, they go back and the model goes on. */
+function askResults(drawn, calls) {
+  const chat = conversation;
+  const results = new Array(calls.length).fill(null);
+  calls.forEach((call, i) => {
+    if (drawn[i] === undefined) return;
+    resultForm(drawn[i], call.function.name, (text) => {
+      results[i] = text;
+      if (results.some((r) => r === null) || chat !== conversation || current !== null) return;
+      calls.forEach((c, k) => {
+        chat.messages.push({ role: 'tool', tool_call_id: c.id, content: results[k] });
+        showToolTurn(chat.messages.length - 1);
+      });
+      store.save(chat);
+      reply();
+    });
+  });
+}
+
+function showToolTurn(index) {
+  const message = conversation.messages[index];
+  const turn = addTurn(conversationEl, 'tool');
+  turn.body.textContent = message.content;
+  turn.article.dataset.index = String(index);
+  keepScrolled();
 }
 
 function showUserTurn(index) {
@@ -211,6 +265,15 @@ function showAssistantTurn(index) {
     addCodeCopyButtons(turn.body);
   } else {
     turn.body.textContent = message.content;
+  }
+  if (message.tool_calls) {
+    const cards = new ToolCards({
+      container: toolCallsOf(turn),
+      requestFrame: (callback) => callback(performance.now()),
+    });
+    cards.update(message.tool_calls.map((c, i) => ({ index: i, ...c.function })));
+    const drawn = cards.end();
+    if (index === conversation.messages.length - 1) askResults(drawn, message.tool_calls);
   }
   if (message.outcome) showOutcome(turn, message.outcome);
   addActions(turn, index);
@@ -307,7 +370,11 @@ function openConversation(next) {
   conversation = next;
   conversationEl.replaceChildren();
   conversation.messages.forEach((message, i) =>
-    message.role === 'user' ? showUserTurn(i) : showAssistantTurn(i),
+    message.role === 'user'
+      ? showUserTurn(i)
+      : message.role === 'tool'
+        ? showToolTurn(i)
+        : showAssistantTurn(i),
   );
   pinned = true;
   keepScrolled();

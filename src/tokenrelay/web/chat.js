@@ -15,6 +15,7 @@ import { SSEParser } from './sse.js';
  * @typedef {{ttftMs: number | null, tokens: number, tokensPerSecond: number | null}} Stats
  * @typedef {Stats & {
  *   status: Status, content: string, finishReason: string | null, error: string | null,
+ *   toolCalls: {index: number, id: string | null, name: string, arguments: string}[],
  *   httpStatus: number | null, usage: {prompt_tokens?: number, completion_tokens?: number} | null,
  *   totalMs: number,
  * }} Outcome httpStatus: the status of a response that refused the request (401, 404, 429…), else null
@@ -69,6 +70,7 @@ export class ChunkReader {
 
   /** @param {{data: string}} event @returns {string} content added by this event */
   feed(event) {
+    this.toolDeltas = [];
     if (this.done || this.error !== null) return '';
     if (event.data === '[DONE]') {
       this.done = true;
@@ -96,7 +98,6 @@ export class ChunkReader {
       return '';
     }
     const choice = chunk.choices.find((c) => isObject(c) && (Object.hasOwn(c, 'index') ? c.index : 0) === 0);
-    this.toolDeltas = [];
     if (choice === undefined) return '';
     if (isObject(choice.delta) && choice.delta.tool_calls !== undefined && choice.delta.tool_calls !== null) {
       const problem = this.readToolCalls(choice.delta.tool_calls);
@@ -160,10 +161,12 @@ export class ChunkReader {
  * set, is sent as a bearer token. onDelta gets each piece of text, the stream's numbers so far, and its hop
  * times: {arrive, parse, timing}, when the network chunk holding it arrived (with `stepTimes`, else null)
  * and when it was parsed (`now` times), and the chunk's server timing (its `tokenrelay` field, asked for
- * with `stepTimes`) or null.
+ * with `stepTimes`) or null. onToolCall, when given, gets the reply's tool calls so far (each with its
+ * arguments joined) whenever a chunk adds to them.
  * @param {{
  *   model: string, messages: {role: string, content: string}[],
  *   onDelta: (text: string, stats: Stats, hop: {arrive: number, parse: number, timing: object|null}) => void,
+ *   onToolCall?: (calls: {index: number, id: string | null, name: string, arguments: string}[]) => void,
  *   params?: object, apiKey?: string, stepTimes?: boolean,
  *   signal?: AbortSignal, url?: string, fetch?: typeof fetch, now?: () => number,
  * }} options
@@ -173,6 +176,7 @@ export async function streamChat({
   model,
   messages,
   onDelta,
+  onToolCall,
   params = {},
   apiKey = '',
   stepTimes = false,
@@ -193,6 +197,7 @@ export async function streamChat({
     return {
       status,
       content: reader.content,
+      toolCalls: reader.toolCalls,
       finishReason: reader.finishReason,
       error,
       httpStatus,
@@ -248,6 +253,7 @@ export async function streamChat({
           const hop = { arrive, parse: lastAt, timing: reader.timing };
           onDelta(text, streamStats({ started, firstAt, lastAt, tokens: reader.chunks }), hop);
         }
+        if (reader.toolDeltas.length > 0) onToolCall?.(reader.toolCalls);
       }
       if (reader.done || reader.error !== null) {
         // Nothing after [DONE] or an error event matters; let the connection go.

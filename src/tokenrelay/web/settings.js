@@ -1,8 +1,8 @@
 // The settings dialog: model (from /v1/models), system prompt, temperature, max tokens, smoothing, a JSON
-// reply with an optional schema, and the API key when the server asks for one. Every change is kept at once
+// reply with an optional schema, the tools offered to the model, and the API key when the server asks for one. Every change is kept at once
 // (store.js); nothing to "save".
 
-import { normalize, responseFormat, saveSettings } from './store.js';
+import { normalize, responseFormat, saveSettings, toolsOf } from './store.js';
 
 /** Fields of the dialog: element id → setting name. */
 const FIELDS = {
@@ -13,6 +13,7 @@ const FIELDS = {
   smoothing: 'smoothing',
   json: 'json',
   'json-schema': 'jsonSchema',
+  tools: 'tools',
   'api-key': 'apiKey',
 };
 
@@ -40,12 +41,15 @@ export class SettingsPanel {
         settings[name] = normalize(name, raw);
         saveSettings(storage, settings);
         if (name === 'json' || name === 'jsonSchema') this._showSchema();
+        if (name === 'tools') this._toolsNote.textContent = toolsOf(settings).error ?? '';
         onChange(name);
       });
     }
     this._schemaRow = doc.getElementById('json-schema-row');
     this._schemaNote = doc.getElementById('json-schema-note');
     this._showSchema();
+    this._toolsNote = doc.getElementById('tools-note');
+    this._toolsNote.textContent = toolsOf(settings).error ?? '';
     if (settings.apiKey !== '') this._keyRow.hidden = false;
     doc.getElementById('close-settings').addEventListener('click', () => this.close());
     this._dialog.addEventListener('close', () => {

@@ -12,16 +12,22 @@ const SETTINGS = `${PREFIX}settings`;
 const TITLE_LENGTH = 60;
 
 /**
- * @typedef {{role: 'user' | 'assistant', content: string, outcome?: object, format?: 'json'}} Message
+ * @typedef {{
+ *   role: 'user' | 'assistant' | 'tool', content: string, outcome?: object, format?: 'json',
+ *   tool_calls?: {id: string, type: 'function', function: {name: string, arguments: string}}[],
+ *   tool_call_id?: string,
+ * }} Message an assistant turn may hold the calls it made (tool_calls); a tool turn is the result the user
+ *   gave for one of them (tool_call_id): the page runs no tool itself.
  *   outcome: what the page showed under an assistant reply (status, error, timings), to show it again;
  *   format: 'json' for a reply asked for as JSON, drawn again as a tree.
  * @typedef {{id: string, title: string, updated: number, messages: Message[]}} Conversation
  * @typedef {{id: string, title: string, updated: number}} Summary
  * @typedef {{
  *   model: string, systemPrompt: string, temperature: number | null, maxTokens: number | null,
- *   smoothing: boolean, apiKey: string, json: boolean, jsonSchema: string,
+ *   smoothing: boolean, apiKey: string, json: boolean, jsonSchema: string, tools: string,
  * }} Settings
- *   json: ask for a JSON reply (response_format), drawn as a tree; jsonSchema: an optional JSON Schema for it.
+ *   json: ask for a JSON reply (response_format), drawn as a tree; jsonSchema: an optional JSON Schema for it;
+ *   tools: the tools offered to the model, a JSON array of OpenAI function tools (empty: none).
  */
 
 /** @type {Settings} */
@@ -34,6 +40,7 @@ export const DEFAULT_SETTINGS = Object.freeze({
   apiKey: '',
   json: false,
   jsonSchema: '',
+  tools: '',
 });
 
 /** A conversation's title: its first message, on one line, cut at a word near TITLE_LENGTH characters. */
@@ -149,14 +156,38 @@ export function requestBody(settings, messages) {
     body.messages.push({ role: 'system', content: settings.systemPrompt });
   }
   // A reply that failed before any text (an error, a refused request) is shown but is not history.
-  for (const { role, content } of messages) {
-    if (role === 'user' || content !== '') body.messages.push({ role, content });
+  for (const { role, content, tool_calls: calls, tool_call_id: answers } of messages) {
+    if (role === 'tool') body.messages.push({ role, tool_call_id: answers, content });
+    else if (calls?.length) body.messages.push({ role, content: content || null, tool_calls: calls });
+    else if (role === 'user' || content !== '') body.messages.push({ role, content });
   }
   if (settings.temperature !== null) body.temperature = settings.temperature;
   if (settings.maxTokens !== null) body.max_tokens = settings.maxTokens;
   const format = responseFormat(settings);
   if (format.responseFormat !== undefined) body.response_format = format.responseFormat;
+  const offered = toolsOf(settings);
+  if (offered.tools !== undefined && format.responseFormat === undefined) body.tools = offered.tools;
   return body;
+}
+
+/**
+ * The tools the page offers the model under `settings`: none when the field is empty; otherwise it must be a
+ * JSON array of function tools (`{"type": "function", "function": {"name": ...}}`), else an `error` the
+ * settings show (the server would refuse the request; with JSON replies on, tools are not sent).
+ * @returns {{tools?: object[], error?: string}}
+ */
+export function toolsOf(settings) {
+  if (settings.tools.trim() === '') return {};
+  let tools;
+  try {
+    tools = JSON.parse(settings.tools);
+  } catch (error) {
+    return { error: `the tools are not JSON (${error.message})` };
+  }
+  const isTool = (t) => t !== null && typeof t === 'object' && typeof t.function?.name === 'string';
+  if (!Array.isArray(tools) || !tools.every(isTool))
+    return { error: 'the tools must be a JSON array of {"type": "function", "function": {"name", ...}}' };
+  return { tools };
 }
 
 /**
@@ -205,8 +236,10 @@ function isMessage(entry) {
   return (
     entry !== null &&
     typeof entry === 'object' &&
-    (entry.role === 'user' || entry.role === 'assistant') &&
-    typeof entry.content === 'string'
+    (entry.role === 'user' || entry.role === 'assistant' || entry.role === 'tool') &&
+    typeof entry.content === 'string' &&
+    (entry.role !== 'tool' || typeof entry.tool_call_id === 'string') &&
+    (entry.tool_calls === undefined || Array.isArray(entry.tool_calls))
   );
 }
 

@@ -5,7 +5,7 @@
 /**
  * A new turn at the end of `container`.
  * @param {Element} container
- * @param {'user' | 'assistant'} role
+ * @param {'user' | 'assistant' | 'tool'} role a tool turn is a result the user gave for a call
  * @param {'markdown' | 'json'} [format] how an assistant reply's body is drawn
  * @returns {{article: HTMLElement, body: HTMLElement, meta: HTMLElement, actions: HTMLElement}}
  */
@@ -15,9 +15,9 @@ export function addTurn(container, role, format = 'markdown') {
   article.className = `turn ${role}`;
   const label = doc.createElement('div');
   label.className = 'role';
-  label.textContent = role === 'user' ? 'You' : 'Assistant';
+  label.textContent = role === 'user' ? 'You' : role === 'tool' ? 'Tool result' : 'Assistant';
   const body = doc.createElement('div');
-  body.className = role === 'user' ? 'body' : `body ${format}`;
+  body.className = role === 'assistant' ? `body ${format}` : 'body';
   const meta = doc.createElement('div');
   meta.className = 'meta';
   const actions = doc.createElement('div');
