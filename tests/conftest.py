@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiny_tokenizers import hf_llama_style, toy_byte_level, toy_wordpiece
+from tiny_tokenizers import hf_gemma_style, hf_llama_style, toy_byte_level, toy_wordpiece
 from tokenrelay import ByteTable, Tokenizer, load_tokenizer
 from tokenrelay.tokenizers import mistral_data_path
 
@@ -55,10 +55,14 @@ def builtin() -> dict[str, Tokenizer]:
 
 @pytest.fixture(scope="session")
 def all_tokenizers(builtin: dict[str, Tokenizer]) -> dict[str, Tokenizer]:
-    """The four built-ins plus in-memory ones: HF ByteFallback (non-monotonic), toy BPE, WordPiece (window)."""
+    """The four built-ins plus in-memory ones: HF ByteFallback (non-monotonic; Llama and Gemma chains), toy BPE,
+    WordPiece (window)."""
     extra = {
         "hf-llama-style": load_tokenizer(
             hf_llama_style(mistral_data_path("mistral_instruct_tokenizer_240323.model.v3"))
+        ),
+        "hf-gemma-style": load_tokenizer(
+            hf_gemma_style(mistral_data_path("mistral_instruct_tokenizer_240323.model.v3"))
         ),
         "toy-bpe": load_tokenizer(toy_byte_level()),
         "toy-wordpiece": load_tokenizer(toy_wordpiece()),

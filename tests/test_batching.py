@@ -1,4 +1,5 @@
-"""The continuous-batching planner (sans I/O): which tokens of which sequences each decode step carries."""
+"""The continuous-batching planner (sans I/O): which sequence a request takes (the prefix cache), and which
+tokens of which sequences each decode step carries."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenrelay.engines._batching import BatchEntry, Slot, plan_step
+from tokenrelay.engines._batching import BatchEntry, SequencePool, Slot, common_prefix, plan_step
 
 
 def test_generating_slots_carry_their_last_token_and_sample() -> None:
@@ -44,12 +45,62 @@ def test_a_prompt_is_read_in_chunks_and_samples_on_its_last_token() -> None:
     assert new.sampled == [42]  # sampled from the step that fed its last prompt token
 
 
-def test_oldest_prompt_first_and_the_budget_is_shared() -> None:
-    first, second = Slot(0, [1] * 3, limit=1), Slot(1, [2] * 3, limit=1)
-    entries, sampling = plan_step([first, second], prefill_chunk=4, n_batch=64)
-    assert [e.seq for e in entries] == [0, 0, 0, 1]
-    assert sampling == [first]
-    assert (first.fed, second.fed) == (3, 1)
+def generating(seq: int, prompt: list[int], sampled: list[int], limit: int = 50) -> Slot:
+    slot = Slot(seq, prompt, limit=limit)
+    slot.fed, slot.sampled = len(prompt), sampled
+    return slot
+
+
+def test_oldest_prompt_first_and_the_chunk_is_shared_while_others_generate() -> None:
+    running = generating(2, [9], [5])
+    first, second = Slot(3, [1] * 3, limit=1), Slot(1, [2] * 3, limit=1)
+    entries, sampling = plan_step([running, first, second], prefill_chunk=4, n_batch=64)
+    assert (first.fed, second.fed) == (3, 1)  # the older request first, the rest of the chunk to the next
+    assert [e.seq for e in entries] == [1, 2, 3, 3, 3]  # by sequence id
+    assert sampling == [running, first]
+
+
+def test_with_nobody_generating_a_step_reads_whole_prompts_up_to_n_batch() -> None:
+    a, b, c = Slot(0, [1] * 300, limit=5), Slot(1, [2] * 150, limit=5), Slot(2, [3] * 100, limit=5)
+    entries, sampling = plan_step([a, b, c], prefill_chunk=16, n_batch=512)
+    assert (a.fed, b.fed, c.fed) == (300, 150, 62)
+    assert len(entries) == 512 and sampling == [a, b]
+    a.accept(7)
+    b.accept(8)
+    entries, sampling = plan_step([a, b, c], prefill_chunk=16, n_batch=512)
+    assert c.fed == 78 and len(entries) == 18  # a and b generate now: c's prompt goes 16 tokens a step
+
+
+def test_entries_are_ordered_by_sequence_id_whatever_the_arrival() -> None:
+    slots = [generating(seq, [seq], [100 + seq]) for seq in (5, 0, 7, 2)]
+    new = Slot(1, [40, 41], limit=3)
+    entries, sampling = plan_step([*slots, new], prefill_chunk=8, n_batch=64)
+    assert [e.seq for e in entries] == [0, 1, 1, 2, 5, 7]
+    assert [s.seq for s in sampling] == [0, 1, 2, 5, 7]
+    assert [e.logits for e in entries] == [True, False, True, True, True, True]
+
+
+def test_a_slot_starts_after_its_cached_prefix_and_always_reads_the_last_prompt_token() -> None:
+    slot = Slot(0, [1, 2, 3, 4, 5], limit=2, fed=4)
+    entries, sampling = plan_step([slot], prefill_chunk=8, n_batch=64)
+    assert entries == [BatchEntry(5, 4, 0, True)] and sampling == [slot]
+    with pytest.raises(ValueError, match="last prompt token"):
+        Slot(0, [1, 2, 3], limit=2, fed=3)
+    with pytest.raises(ValueError):
+        Slot(0, [1, 2, 3], limit=2, fed=-1)
+
+
+def test_cells_are_the_prompt_read_and_every_token_but_the_last_sampled() -> None:
+    slot = Slot(0, [1, 2, 3, 4], limit=3)
+    assert slot.cells() == []
+    plan_step([slot], prefill_chunk=2, n_batch=2)
+    assert slot.cells() == [1, 2]  # cut while prefilling (a cancel): what was read
+    plan_step([slot], prefill_chunk=2, n_batch=2)
+    slot.accept(7)
+    assert slot.cells() == [1, 2, 3, 4]  # 7 is not decoded yet
+    plan_step([slot], prefill_chunk=2, n_batch=2)
+    slot.accept(8)
+    assert slot.cells() == [1, 2, 3, 4, 7]
 
 
 def test_n_batch_caps_the_whole_step() -> None:
@@ -105,11 +156,14 @@ def test_every_request_is_fed_in_order_and_sampled_to_its_limit(
     while any(not slot.done for slot in pending):
         active = [slot for slot in pending if arrival[slot.seq] <= step]
         generating_before = [s for s in active if not s.prefilling and not s.done]
+        to_read = sum(len(s.prompt) - s.fed for s in active)
         entries, sampling = plan_step(active, prefill_chunk=chunk, n_batch=n_batch)
         assert len(entries) <= n_batch
-        assert sum(1 for e in entries if e.pos < len(pending[e.seq].prompt)) <= max(chunk, 0) + len(
-            generating_before
-        )
+        prompt_tokens = sum(1 for e in entries if e.pos < len(pending[e.seq].prompt))
+        assert prompt_tokens <= (chunk if generating_before else n_batch)
+        if not generating_before:  # nobody waits for this step: it reads all it may
+            assert prompt_tokens == min(n_batch, to_read)
+        assert [e.seq for e in entries] == sorted(e.seq for e in entries)
         if len(generating_before) <= n_batch:  # nobody generating is skipped
             assert {e.seq for e in entries if e.logits} >= {s.seq for s in generating_before}
         assert [e.logits for e in entries].count(True) == len(sampling)
@@ -124,3 +178,101 @@ def test_every_request_is_fed_in_order_and_sampled_to_its_limit(
         assert [e.token for e in prompt_part] == list(slot.prompt)
         assert [e.pos for e in fed[slot.seq]] == list(range(len(fed[slot.seq])))
         assert len(slot.sampled) == slot.limit
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.lists(st.integers(0, 3), max_size=40), b=st.lists(st.integers(0, 3), max_size=40))
+def test_common_prefix_is_the_naive_count(a: list[int], b: list[int]) -> None:
+    naive = 0
+    while naive < min(len(a), len(b)) and a[naive] == b[naive]:
+        naive += 1
+    assert common_prefix(a, b) == common_prefix(tuple(a), b) == naive
+
+
+def test_without_the_cache_the_lowest_free_id_and_nothing_reused() -> None:
+    pool = SequencePool(4, prefix_cache=False)
+    assert [pool.take([1, 2, 3]) for _ in range(3)] == [(0, 0), (1, 0), (2, 0)]
+    pool.release(1, [1, 2, 3, 4])
+    pool.release(0, [1, 2])
+    assert pool.cached(1) == ()  # nothing is remembered
+    assert pool.take([1, 2, 3]) == (0, 0)
+    assert pool.free == 2
+
+
+def test_the_free_sequence_with_the_longest_prefix_is_taken() -> None:
+    pool = SequencePool(3)
+    for _ in range(3):
+        pool.take([9])
+    pool.release(0, [1, 2, 3])
+    pool.release(1, [1, 2, 3, 4, 5, 6])
+    pool.release(2, [7, 8])
+    assert pool.take([1, 2, 3, 4, 5, 6, 10, 11]) == (1, 6)  # the next turn: everything before it reused
+    assert pool.cached(1) == ()  # in use
+    assert pool.take([7, 8, 1]) == (2, 2)
+    assert pool.take([1, 2, 3, 0]) == (0, 3)
+
+
+def test_a_full_match_still_reads_the_last_prompt_token() -> None:
+    pool = SequencePool(1)
+    pool.take([5])
+    pool.release(0, [1, 2, 3, 4, 5])
+    assert pool.take([1, 2, 3]) == (0, 2)  # all cached: the last is read again for its logits
+
+
+def test_a_prompt_that_diverges_at_its_first_token_reuses_nothing() -> None:
+    pool = SequencePool(2)
+    pool.take([1])
+    pool.take([1])
+    pool.release(0, [1, 2, 3])
+    pool.release(1, [4, 5, 6])
+    seq, reused = pool.take([2, 2, 3])
+    assert reused == 0 and seq == 0  # no match anywhere: the least recently used one
+
+
+def test_a_shared_head_does_not_evict_another_chat_while_an_empty_sequence_is_free() -> None:
+    """A long conversation shares only the system prompt with a new chat: the new chat takes an empty
+    sequence, and the conversation's next turn still finds all of its cells."""
+    system = [1, 2, 3, 4]
+    conversation = [*system, *range(100, 140)]
+    pool = SequencePool(3)
+    pool.take(conversation)
+    pool.release(0, conversation)
+    assert pool.take([*system, 50, 51]) == (1, 0)
+    assert pool.take([*conversation, 7]) == (0, len(conversation))
+
+
+def test_a_sequence_is_taken_when_it_saves_more_than_it_throws_away() -> None:
+    system = [1, 2, 3, 4]
+    pool = SequencePool(2)
+    pool.take([9])
+    pool.release(0, [*system, 50, 51, 52])  # 7 cells: 4 saved, 3 thrown away
+    assert pool.take([*system, 60, 61]) == (0, 4)
+    pool.release(0, [*system, 60, 61, *range(200, 300)])  # a long reply: 4 saved, 102 thrown away
+    assert pool.take([*system, 70]) == (1, 0)
+    pool.release(1, [*system, 70])
+    # nothing empty: the sequence that loses the least
+    assert pool.take([*system, 80]) == (1, 4)
+
+
+def test_eviction_when_every_sequence_holds_a_conversation() -> None:
+    pool = SequencePool(2)
+    pool.take([1])
+    pool.take([1])
+    pool.release(1, [10, 11, 12])
+    pool.release(0, [20, 21, 22])
+    assert pool.take([30, 31]) == (1, 0)  # least recently given back
+    assert pool.cached(0) == (20, 21, 22)
+    assert pool.take([20, 21, 22, 23]) == (0, 3)
+
+
+def test_pool_misuse() -> None:
+    pool = SequencePool(1)
+    with pytest.raises(ValueError):
+        SequencePool(0)
+    with pytest.raises(ValueError):
+        pool.take([])
+    with pytest.raises(RuntimeError):
+        pool.release(0, [])  # never taken
+    pool.take([1])
+    with pytest.raises(RuntimeError):
+        pool.take([1])  # none free

@@ -18,7 +18,17 @@ from tokenrelay import Detokenizer, Tokenizer, TokenizerError
 from tokenrelay._byte_table import UTF8_BAD, UTF8_STEP
 from tokenrelay._window import _SETTLE, _WINDOW_HARD, _WINDOW_MAX
 
-ALL = ("smollm2", "mistral-v1", "mistral-v3", "tekken", "hf-llama-style", "toy-bpe", "toy-wordpiece")
+ALL = (
+    "smollm2",
+    "mistral-v1",
+    "mistral-v3",
+    "tekken",
+    "hf-llama-style",
+    "hf-gemma-style",
+    "toy-bpe",
+    "toy-wordpiece",
+)
+HF_BYTE_FALLBACK = ("hf-llama-style", "hf-gemma-style")
 BYTE_TABLE = ALL[:-1]
 
 
@@ -181,7 +191,7 @@ def test_devanagari_cut_into_small_byte_tokens(sizes: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize("text", ["🦙", "👩‍💻", "a🦙b👩‍💻c"])
-@pytest.mark.parametrize("name", ["smollm2", "mistral-v1", "mistral-v3", "tekken", "hf-llama-style"])
+@pytest.mark.parametrize("name", ["smollm2", "mistral-v1", "mistral-v3", "tekken", *HF_BYTE_FALLBACK])
 def test_emoji_split_across_tokens(text: str, name: str, all_tokenizers: dict[str, Tokenizer]) -> None:
     tok = all_tokenizers[name]
     ids = tok.encode(text)
@@ -241,9 +251,10 @@ def test_stranded_bytes_replace_or_discard(builtin: dict[str, Tokenizer]) -> Non
         late.stranded = "keep"  # type: ignore[assignment]
 
 
-def test_byte_fallback_run_is_held_until_it_ends(all_tokenizers: dict[str, Tokenizer]) -> None:
+@pytest.mark.parametrize("name", HF_BYTE_FALLBACK)
+def test_byte_fallback_run_is_held_until_it_ends(name: str, all_tokenizers: dict[str, Tokenizer]) -> None:
     """HF ByteFallback: ☕ then a stray byte makes the *whole* run four U+FFFDs (vllm#17448)."""
-    tok = all_tokenizers["hf-llama-style"]
+    tok = all_tokenizers[name]
     b = {tok.decode([i], skip_special_tokens=False): i for i in sorted(tok.byte_table().byte_tokens)}  # type: ignore[union-attr]
     hf = tok.hf_tokenizer  # type: ignore[attr-defined]
     byte = [hf.token_to_id(f"<0x{x:02X}>") for x in (0xE2, 0x98, 0x95, 0xE2)]
@@ -423,8 +434,9 @@ def test_utf8_validator_table_knows_when_a_run_can_no_longer_be_valid() -> None:
         assert verdict(data) == oracle(data), data
 
 
-def test_invalid_byte_run_is_shown_at_once(all_tokenizers: dict[str, Tokenizer]) -> None:
-    tok = all_tokenizers["hf-llama-style"]
+@pytest.mark.parametrize("name", HF_BYTE_FALLBACK)
+def test_invalid_byte_run_is_shown_at_once(name: str, all_tokenizers: dict[str, Tokenizer]) -> None:
+    tok = all_tokenizers[name]
     tea = tok.encode("tea")
     # ☕ then a stray lead byte: valid until the end, so held (see the test above); ☕'s first two bytes then
     # "A" as a byte token: invalid at the third byte, whatever follows.
@@ -436,10 +448,13 @@ def test_invalid_byte_run_is_shown_at_once(all_tokenizers: dict[str, Tokenizer])
     assert "".join(got) + detok.finish() == tok.decode(ids)
 
 
-def test_property_byte_runs_against_the_real_hf_decode(all_tokenizers: dict[str, Tokenizer]) -> None:
+@pytest.mark.parametrize("name", HF_BYTE_FALLBACK)
+def test_property_byte_runs_against_the_real_hf_decode(
+    name: str, all_tokenizers: dict[str, Tokenizer]
+) -> None:
     """After every id: what is shown is the HF decode of the ids so far minus a held run that is still valid;
     a run that is invalid whatever follows is not held at all; no continuation contradicts what was shown."""
-    tok = all_tokenizers["hf-llama-style"]
+    tok = all_tokenizers[name]
     words = [tok.encode(w) for w in ("tea", " 很", "!")]
     byte_values = [
         0x41,

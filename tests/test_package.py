@@ -42,3 +42,72 @@ def test_readme_python_blocks_run() -> None:
         for block in blocks:
             code = block.replace("http://127.0.0.1:8000", url)
             exec(compile(code, "README.md", "exec"), {})
+
+
+# Keep a Changelog: "## [Unreleased]" first, then released versions newest first, each "## [X.Y.Z] - DATE".
+_VERSION_HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>\d{4}-\d{2}-\d{2}))?$")
+_CHANGE_TYPES = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+
+
+def test_the_changelog_latest_release_is_the_version() -> None:
+    """CHANGELOG.md has the Keep a Changelog shape, and its newest released entry is what ``tokenrelay
+    --version`` prints (a release renames [Unreleased] and sets ``__version__`` together)."""
+    lines = (ROOT / "CHANGELOG.md").read_text("utf-8").splitlines()
+    assert lines[0] == "# Changelog"
+    headings = [line for line in lines if line.startswith("## ")]
+    entries = [_VERSION_HEADING.match(line) for line in headings]
+    assert all(entries), [h for h, m in zip(headings, entries, strict=True) if m is None]
+    found = [(m["version"], m["date"]) for m in entries if m is not None]
+    assert found[0] == ("Unreleased", None)
+    released = found[1:]
+    assert released and all(date for _, date in released), released
+    numbers = [tuple(int(part) for part in version.split(".")) for version, _ in released]
+    assert numbers == sorted(numbers, reverse=True) and len(set(numbers)) == len(numbers)
+    dates = [date for _, date in released]
+    assert dates == sorted(dates, reverse=True)
+    types = {line[4:] for line in lines if line.startswith("### ")}
+    assert types and types <= _CHANGE_TYPES, types - _CHANGE_TYPES
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenrelay", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == f"tokenrelay {released[0][0]}" == f"tokenrelay {tokenrelay.__version__}"
+
+
+def test_the_contributing_guide_names_what_exists() -> None:
+    """Every ``make`` target CONTRIBUTING.md and the README name is in the Makefile, and every file or folder of
+    the repository the guide names in backquotes exists (a recipe that points at a moved file is wrong)."""
+    guide = (ROOT / "CONTRIBUTING.md").read_text("utf-8")
+    makefile = (ROOT / "Makefile").read_text("utf-8")
+    targets = set(re.findall(r"^([a-z][a-z-]*)\s*:", makefile, flags=re.M))
+    for doc in (guide, (ROOT / "README.md").read_text("utf-8")):
+        # `make X` in prose, and command lines in code blocks (not the verb: "make it final").
+        named = re.findall(r"`make (?:-s )?([a-z][a-z-]*[a-z])(?=[\s`])", doc)
+        named += re.findall(r"^make ([a-z][a-z-]*[a-z])\b", doc, flags=re.M)
+        assert named
+        for target in named:
+            assert target in targets, f"make {target}"
+    quoted = set(re.findall(r"`([^`\s]+)`", guide))
+    paths = {q.rstrip("/") for q in quoted if "/" in q and not q.startswith(("http", "~", "/", "."))}
+    paths = {p for p in paths if re.fullmatch(r"[\w.\-/]+", p) and "*" not in p and "NAME" not in p}
+    roots = (
+        "src/",
+        "tests/",
+        "benchmarks/",
+        "docs/",
+        "engines/",
+        "doctor/",
+        "tokenizers/",
+        "server/",
+        "web/",
+    )
+    checked = 0
+    for path in sorted(paths):
+        if not path.startswith(roots):
+            continue
+        where = [ROOT / path, ROOT / "src" / "tokenrelay" / path]
+        assert any(p.exists() for p in where), path
+        checked += 1
+    assert checked >= 30  # the guide's paths were really read
+    for name in (".pre-commit-config.yaml", "CHANGELOG.md", "LICENSE", ".ci/run"):
+        assert (ROOT / name).exists(), name
+    assert "CONTRIBUTING.md" in (ROOT / "README.md").read_text("utf-8")

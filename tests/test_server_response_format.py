@@ -151,9 +151,11 @@ async def test_bad_input_is_a_400_naming_the_place_within_a_second(
 ) -> None:
     app, _ = replay_app(CITY, rate=None)
     async with asgi_client(app) as client:
-        started = time.perf_counter()
+        # CPU time of this process (the app runs in it, threads included), not the wall clock: the bound is
+        # what the check costs, which a busy machine's other processes do not change.
+        started = time.process_time()
         r = await client.post(PATHS[kind], json=body(kind, response_format, stream=True))
-        elapsed = time.perf_counter() - started
+        elapsed = time.process_time() - started
     assert r.status_code == 400, r.text[:300]
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and err["param"] == param, err
@@ -165,11 +167,11 @@ async def test_a_20000_value_enum_is_accepted_quickly() -> None:
     # Served by the replay engine (which does not constrain): the request side bounds it, it does not refuse it.
     app, _ = replay_app('"value-7"', rate=None)
     async with asgi_client(app) as client:
-        started = time.perf_counter()
+        started = time.process_time()  # CPU time, as above
         r = await client.post(
             PATHS["chat"], json=body("chat", fmt_with({"enum": [f"value-{i}" for i in range(20000)]}))
         )
-    assert r.status_code == 200 and time.perf_counter() - started < 1.0
+    assert r.status_code == 200 and time.process_time() - started < 1.0
 
 
 class City(BaseModel):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILTINS
-from tiny_tokenizers import corpus_text, hf_llama_style, toy_byte_level, toy_wordpiece
+from tiny_tokenizers import corpus_text, hf_gemma_style, hf_llama_style, toy_byte_level, toy_wordpiece
 from tokenrelay import ByteTable, Detokenizer, Tokenizer, TokenizerError, load_tokenizer
 from tokenrelay.tokenizers import HFTokenizer, mistral_data_path, smollm2_gguf_path
 
@@ -84,6 +84,18 @@ def test_tokenizer_objects() -> None:
     assert wrapped.decode(wrapped.encode("chai 🦙")) == "chai 🦙"
     assert wrapped.eos_token_ids == {fast.eos_token_id}
     assert load_tokenizer(wrapped) is wrapped  # anything implementing the protocol passes through
+
+
+def test_the_gemma_chain_has_a_byte_table() -> None:
+    """Replace, ByteFallback, Fuse without Strip (Gemma): every space kept, runs as HF ByteFallback has them."""
+    tok = load_tokenizer(hf_gemma_style(mistral_data_path("tokenizer.model.v1")))
+    table = tok.byte_table()
+    assert table is not None, getattr(tok, "table_rejected", None)
+    assert (table.invalid_utf8, table.leading_space) == ("byte_run", "keep")
+    ids = tok.encode(" two  spaces ☕")
+    assert tok.decode(ids) == " two  spaces ☕"
+    detok = Detokenizer(tok)
+    assert "".join(detok.feed(i) for i in ids) + detok.finish() == tok.decode(ids)
 
 
 def test_wordpiece_has_no_byte_table_but_still_detokenizes() -> None:

@@ -6,11 +6,13 @@ failover, cancellation and error mapping are tested without a model; the client 
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from typing import Any
 
 import httpx
 import openai
@@ -20,6 +22,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from _uvicorn import serve
 from server_helpers import replay_app
 from tokenrelay import load_tokenizer
+from tokenrelay.engines.base import JSONConstraint
 from tokenrelay.engines.upstream import UpstreamEngine
 from tokenrelay.server import ServerConfig, create_app
 
@@ -356,3 +359,31 @@ def test_a_reply_cut_inside_a_character_ends_as_on_the_upstream_through_one_and_
                 == reply_text(client, sdks, upstream, n, stream=False)
                 == expected
             )
+
+
+def test_response_format_reaches_a_tokenrelay_replica_and_its_refusals_come_back() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    seen: list[object] = []
+    app, inner = replay_app('{"city": "Zürich"}', rate=None)
+    generate = inner.generate
+
+    def spy(prompt: Any, params: Any, **kwargs: Any) -> Any:
+        seen.append(params.constraint)
+        return generate(prompt, params, **kwargs)
+
+    inner.generate = spy
+    with serve(app) as upstream, front([upstream]) as (url, _engine):
+        fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}
+        assert json.loads(chat_text(url, response_format=fmt)) == {"city": "Zürich"}
+        assert chat_text(url, response_format={"type": "json_object"}) == '{"city": "Zürich"}'
+        # The front checks a schema itself first: a bad one never reaches the replica.
+        with pytest.raises(openai.BadRequestError) as info:
+            chat_text(
+                url,
+                response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": {"not": {}}}},
+            )
+        assert info.value.body["param"] == "response_format.json_schema.schema.not"  # type: ignore[index]
+    assert seen == [
+        JSONConstraint(json.dumps(schema, separators=(",", ":")), name="city", strict=True),
+        JSONConstraint(),
+    ]

@@ -10,6 +10,7 @@ llama-server's slot; and that the front survives a replica going down and says s
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -204,3 +205,48 @@ def test_a_missing_binary_skips_here_but_fails_in_ci(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("CI", "true")  # CI must run these tests: no silent skip there
     with pytest.raises(pytest.fail.Exception, match="CI must run"):
         llama_server_binary()
+
+
+CITY = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 20},
+        "country": {"type": "string", "maxLength": 20},
+    },
+    "required": ["city", "country"],
+    "additionalProperties": False,
+}
+
+
+def test_response_format_is_enforced_by_llama_server_and_relayed_exactly(
+    llama: LlamaServer, front: str
+) -> None:
+    import jsonschema
+
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY, "strict": True}}
+    for content in ("Name a city.", "Where is the Eiffel tower?"):
+        own = sdk(llama.url).chat.completions.create(  # type: ignore[call-overload]
+            model=model_of(llama.url),
+            messages=[{"role": "user", "content": content}],
+            temperature=0,
+            max_tokens=80,
+            response_format=fmt,
+        )
+        text, finish, _ = relayed_chat(front, content, 80, response_format=fmt)
+        assert text == own.choices[0].message.content and finish == own.choices[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(text), CITY)
+    text, _, _ = relayed_chat(front, "Name a city.", 80, response_format={"type": "json_object"})
+    assert isinstance(json.loads(text), dict)
+
+
+def test_a_huge_enum_is_refused_by_the_front_not_handed_to_llama_server(front: str) -> None:
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "e", "schema": {"enum": [f"v{i}" for i in range(20000)]}},
+    }
+    started = time.monotonic()
+    with pytest.raises(openai.BadRequestError) as info:
+        relayed_chat(front, "Pick one.", 10, response_format=fmt)
+    assert time.monotonic() - started < 5
+    assert info.value.body["param"] == "response_format.json_schema.schema"  # type: ignore[index]
+    assert "20,000 enum values" in info.value.body["message"]  # type: ignore[index]

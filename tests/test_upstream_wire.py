@@ -27,7 +27,13 @@ from tokenrelay import load_tokenizer
 from tokenrelay._errors import InvalidRequestError, ProtocolError, RateLimitError, TokenRelayError
 from tokenrelay._stream import Finished, TextDelta
 from tokenrelay.engines import SamplingParams, stream_events
-from tokenrelay.engines._upstream_wire import LlamaCppTextReader, OpenAITokenReader, Protocol, SGLangReader
+from tokenrelay.engines._upstream_wire import (
+    LlamaCppTextReader,
+    OpenAITokenReader,
+    Protocol,
+    SGLangReader,
+)
+from tokenrelay.engines._upstream_wire import request as wire_request
 from tokenrelay.engines.upstream import UpstreamEngine
 from tokenrelay.server import ServerConfig, create_app
 
@@ -348,3 +354,47 @@ def test_llamacpp_reader_counts_tokens_and_keeps_a_stop_on_the_last_token_a_stop
     reader.feed(llamacpp_chunk("🌟", 3))
     reader.feed(llamacpp_chunk(None, None, "length"))
     assert reader.feed(usage).tokens == 1  # cut inside a character: the token counts, it has no text
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+AS_SCHEMA = {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA, "strict": True}}
+
+
+@pytest.mark.parametrize(
+    ("protocol", "response_format", "where", "expected"),
+    [
+        ("openai", AS_SCHEMA, ("response_format",), AS_SCHEMA),
+        ("openai", {"type": "json_object"}, ("response_format",), {"type": "json_object"}),
+        ("llamacpp", AS_SCHEMA, ("json_schema",), SCHEMA),
+        ("llamacpp", {"type": "json_object"}, ("json_schema",), {"type": "object"}),
+        ("sglang", AS_SCHEMA, ("sampling_params", "json_schema"), json.dumps(SCHEMA)),
+        ("sglang", {"type": "json_object"}, ("sampling_params", "json_schema"), '{"type": "object"}'),
+        ("tgi", AS_SCHEMA, ("parameters", "grammar"), {"type": "json", "value": SCHEMA}),
+        (
+            "tgi",
+            {"type": "json_object"},
+            ("parameters", "grammar"),
+            {"type": "json", "value": {"type": "object"}},
+        ),
+    ],
+)
+def test_response_format_goes_in_each_protocols_documented_field(
+    protocol: Protocol, response_format: dict[str, Any], where: tuple[str, ...], expected: object
+) -> None:
+    _, body = wire_request(
+        protocol,
+        "p",
+        model=None,
+        max_tokens=5,
+        temperature=0.0,
+        top_p=1.0,
+        seed=None,
+        response_format=response_format,
+    )
+    node: Any = body
+    for key in where:
+        node = node[key]
+    assert node == expected
+    _, plain = wire_request(protocol, "p", model=None, max_tokens=5, temperature=0.0, top_p=1.0, seed=None)
+    assert "response_format" not in json.dumps(plain) and "json_schema" not in json.dumps(plain)
+    assert "grammar" not in json.dumps(plain)

@@ -31,6 +31,20 @@ def hf_llama_style(spm_path: Path) -> Tokenizer:
     return tk
 
 
+def hf_gemma_style(spm_path: Path) -> Tokenizer:
+    """The Gemma decoder chain (Replace ▁, ByteFallback, Fuse: no Strip, no dummy prefix) over a real
+    SentencePiece vocabulary."""
+    sp = spm.SentencePieceProcessor(model_file=str(spm_path))
+    vocab = [(sp.id_to_piece(i), float(sp.get_score(i))) for i in range(sp.vocab_size())]
+    tk = Tokenizer(models.Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=True))
+    tk.normalizer = normalizers.Replace(" ", "▁")
+    tk.pre_tokenizer = None
+    tk.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    controls = [sp.id_to_piece(i) for i in range(sp.vocab_size()) if sp.is_control(i)]
+    tk.add_special_tokens([AddedToken(c, special=True, normalized=False) for c in controls])
+    return tk
+
+
 def toy_byte_level() -> Tokenizer:
     """A 300-token GPT-2-style byte-level BPE trained on the corpus (plus all 256 bytes)."""
     from tokenizers import trainers

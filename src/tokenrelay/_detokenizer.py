@@ -239,7 +239,11 @@ class Detokenizer:
 
     @property
     def held_bytes(self) -> int:
-        """How many bytes of an unfinished character (or byte-fallback run) are held back right now."""
+        """How many bytes of an unfinished character (or byte-fallback run) are held back right now. On the
+        window path, where a token's bytes are not known, how many of the newest ids have text not shown yet
+        (a byte-fallback token is one byte; text tokens are held one token, rule 1 of ``_window.py``)."""
+        if self._window is not None:
+            return self._window.held_ids
         return len(self._pend) + len(self._run)
 
     # -- internals ---------------------------------------------------------------------------------------

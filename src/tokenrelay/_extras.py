@@ -16,6 +16,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "pydantic": "server",
     "uvicorn": "server",
     "prometheus_client": "server",
+    "jsonschema_rs": "server",  # response_format: a schema checked against its meta-schema
     "websockets": "server",  # uvicorn[standard] brings it; the doctor's --browser drives Chromium with it
     "llama_cpp": "llama",
     "jinja2": "llama",

@@ -120,7 +120,15 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--prefill-chunk",
         type=int,
         default=DEFAULT_PREFILL_CHUNK,
-        help=f"llamacpp: prompt tokens read per step (default: {DEFAULT_PREFILL_CHUNK})",
+        help="llamacpp: most prompt tokens read in a step while other replies are being generated, which "
+        f"bounds their stall (default: {DEFAULT_PREFILL_CHUNK}); with none generating a step reads up to 512",
+    )
+    parser.add_argument(
+        "--prefix-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="llamacpp: keep a finished request's KV cells so that a prompt starting the same way (the next "
+        "turn of a chat) reads only what is new (default: on)",
     )
     replay = parser.add_argument_group("replay engine")
     replay.add_argument("--text-file", type=Path, help="text to replay (default: the prompt itself)")
@@ -223,6 +231,7 @@ def _build_engine(args: argparse.Namespace) -> Engine:
         n_threads=args.threads,
         n_parallel=parallel,
         prefill_chunk=args.prefill_chunk,
+        prefix_cache=args.prefix_cache,
         on_progress=_stderr,
     )
 

@@ -1,6 +1,7 @@
 // The built wheel serves a working page with no npm anywhere (issue 14): build the wheel (its build hook,
 // hatch_build.py, copies the page's npm libraries into it), install it into a fresh venv, start that
 // installation's server from a directory far from the checkout, and have Chromium get a rendered reply.
+// The wheel and the sdist (built here too) carry the project's LICENSE (issue 25).
 //
 // The fresh venv gets the wheel with `pip install --no-deps --no-index`; its dependencies (FastAPI,
 // uvicorn, the tokenizer) are the project venv's, reached through a .pth file placed after the venv's own
@@ -10,7 +11,7 @@
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -39,6 +40,7 @@ function pip(python, args, env) {
 const skip = missingPrerequisite() ?? false;
 
 let work;
+let dist;
 let server;
 let browser;
 let installed;
@@ -55,7 +57,7 @@ before(
   async () => {
     if (skip) return;
     work = mkdtempSync(join(tmpdir(), 'tokenrelay-wheel-'));
-    const dist = join(work, 'dist');
+    dist = join(work, 'dist');
     const venv = join(work, 'venv');
     const python = join(venv, 'bin', 'python');
     const env = cleanEnv();
@@ -64,6 +66,12 @@ before(
       pip(PYTHON, ['wheel', '--no-deps', '--no-build-isolation', '-w', dist, ROOT], env),
       run(PYTHON, ['-m', 'venv', venv], { env, timeout: STEP_MS }),
     ]);
+    // The sdist, with the same backend (hatchling, from the dev extra).
+    await run(PYTHON, ['-m', 'hatchling', 'build', '-t', 'sdist', '-d', dist], {
+      cwd: ROOT,
+      env,
+      timeout: STEP_MS,
+    });
     const wheel = readdirSync(dist).find((name) => name.endsWith('.whl'));
     await pip(python, ['install', '--no-deps', '--no-index', join(dist, wheel)], env);
     const paths = `import sysconfig; print(sysconfig.get_paths()['purelib'])`;
@@ -105,6 +113,27 @@ test(
     }
   },
 );
+
+test('the wheel and the sdist carry the MIT LICENSE', { skip, timeout: 60_000 }, async () => {
+  const licence = readFileSync(join(ROOT, 'LICENSE'), 'utf8');
+  assert.match(licence, /^MIT License\n\nCopyright \(c\) 2026 The tokenrelay authors\n/);
+  const distInfo = readdirSync(dirname(installed)).find((name) => /^tokenrelay-.*\.dist-info$/.test(name));
+  assert.ok(distInfo, 'the installed wheel has its .dist-info');
+  const meta = join(dirname(installed), distInfo);
+  assert.equal(readFileSync(join(meta, 'licenses', 'LICENSE'), 'utf8'), licence);
+  const metadata = readFileSync(join(meta, 'METADATA'), 'utf8');
+  assert.match(metadata, /^License-Expression: MIT$/m);
+  assert.match(metadata, /^License-File: LICENSE$/m);
+  const sdist = readdirSync(dist).find((name) => name.endsWith('.tar.gz'));
+  assert.ok(sdist, `an sdist in ${readdirSync(dist)}`);
+  const top = sdist.replace(/\.tar\.gz$/, '');
+  const { stdout } = await run('tar', ['-xzOf', join(dist, sdist), `${top}/LICENSE`]);
+  assert.equal(stdout, licence);
+  const listing = (await run('tar', ['-tzf', join(dist, sdist)])).stdout.split('\n');
+  for (const name of ['CHANGELOG.md', 'CONTRIBUTING.md', 'README.md']) {
+    assert.ok(listing.includes(`${top}/${name}`), `${name} in the sdist`);
+  }
+});
 
 test('the installed server serves a page that renders a reply', { skip, timeout: 180_000 }, async () => {
   for (const name of ['markdown-it.esm.min.mjs', 'highlight.min.mjs']) {

@@ -8,6 +8,7 @@ server, at temperature 0; the client is the official ``openai`` SDK.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +36,7 @@ from _uvicorn import serve
 from tokenrelay import load_tokenizer
 from tokenrelay.cli import main
 from tokenrelay.engines import vllm_memory
+from tokenrelay.engines.base import JSONConstraint
 from tokenrelay.engines.upstream import UpstreamEngine
 from tokenrelay.engines.vllm import VLLMEngine, smollm2_hf_dir
 from tokenrelay.server import ServerConfig, create_app
@@ -223,3 +226,74 @@ def test_upstream_relays_vllms_server_exactly_and_survives_a_dead_replica(
             time.sleep(0.05)
         assert running and all(ln.rstrip().endswith(" 0.0") for ln in running)  # vLLM aborted it
         assert engine.replicas[1].cancelled == 1
+
+
+# Issue 20: response_format through vLLM's structured outputs (in-process) and through vLLM's server (upstream).
+CITY: dict[str, Any] = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 24}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+CITY_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {"name": "city", "schema": CITY, "strict": True},
+}
+
+
+def json_reply(
+    url: str, model: str, stream: bool, response_format: dict[str, object]
+) -> tuple[str, str | None]:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    kwargs = {"model": model, "messages": [{"role": "user", "content": "Describe a city as JSON."}]}
+    if stream:
+        chunks = list(
+            client.chat.completions.create(  # type: ignore[call-overload]
+                **kwargs, temperature=0, max_tokens=120, stream=True, response_format=response_format
+            )
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        finish = next(
+            c.choices[0].finish_reason for c in reversed(chunks) if c.choices and c.choices[0].finish_reason
+        )
+        return text, finish
+    whole = client.chat.completions.create(  # type: ignore[call-overload]
+        **kwargs, temperature=0, max_tokens=120, response_format=response_format
+    )
+    return whole.choices[0].message.content or "", whole.choices[0].finish_reason
+
+
+def test_in_process_vllm_enforces_response_format(in_process: tuple[str, VLLMEngine]) -> None:
+    import jsonschema
+
+    url, engine = in_process
+    streamed = json_reply(url, engine.model, True, CITY_FORMAT)
+    assert streamed == json_reply(url, engine.model, False, CITY_FORMAT)  # streamed and whole agree
+    assert streamed[1] == "stop"
+    jsonschema.validate(json.loads(streamed[0]), CITY)
+    text, finish = json_reply(url, engine.model, True, {"type": "json_object"})
+    assert finish != "stop" or isinstance(json.loads(text), dict)
+    cut = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0).chat.completions.create(  # type: ignore[call-overload]
+        model=engine.model,
+        messages=[{"role": "user", "content": "Describe a city as JSON."}],
+        temperature=0,
+        max_tokens=4,
+        response_format=CITY_FORMAT,
+    )
+    assert cut.choices[0].finish_reason == "length" and streamed[0].startswith(
+        cut.choices[0].message.content or ""
+    )
+    engine.check_constraint(JSONConstraint(json.dumps(CITY)))  # vLLM's own validation accepts it
+
+
+def test_upstream_passes_response_format_to_vllms_server(vllm_server: str, model_dir: Path) -> None:
+    import jsonschema
+
+    engine = UpstreamEngine([vllm_server], load_tokenizer(str(model_dir)), model="smol", health_interval=0)
+    with serve(create_app(engine)) as url:
+        text, finish = json_reply(url, "smol", True, CITY_FORMAT)
+    # vLLM's server writes JSON with whatever whitespace the model picks (its default), within max_tokens.
+    if finish == "stop":
+        jsonschema.validate(json.loads(text), CITY)
+    else:
+        assert finish == "length" and text.lstrip().startswith("{")

@@ -13,24 +13,36 @@ event loop runs while a step computes. The object is not thread-safe: one worker
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tokenrelay._errors import ConfigError, EngineError
 from tokenrelay.engines._batching import BatchEntry
 
-__all__ = ["BatchEntry", "NativeModel", "Sampler"]
+__all__ = ["BatchEntry", "GraphCounter", "Mask", "NativeModel", "Sampler"]
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "draw a random seed", as the OpenAI API does
 
 
-class Sampler:
-    """A per-request llama.cpp sampler chain; ``temperature == 0`` is greedy."""
+class Mask(Protocol):
+    """What constrains a request's tokens (``engines/llguidance_json.JSONMask``): it edits the request's row of
+    logits before the sampler chain runs, and is told the token sampled."""
 
-    def __init__(self, temperature: float, top_p: float, seed: int | None) -> None:
+    def apply(self, ctx: Any, row: int) -> None: ...
+
+    def accept(self, token: int) -> None: ...
+
+
+class Sampler:
+    """A per-request llama.cpp sampler chain; ``temperature == 0`` is greedy. ``mask``, when given, restricts
+    the tokens (structured output); a request without one runs the chain alone."""
+
+    def __init__(self, temperature: float, top_p: float, seed: int | None, mask: Mask | None = None) -> None:
         import llama_cpp as lc
 
+        self._mask = mask
         # OpenAI semantics: only temperature and top_p shape the distribution; the order (top-p, then
         # temperature, then the draw) is llama-cpp-python's own, so a seeded reply matches Llama.generate's.
         chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
@@ -48,8 +60,14 @@ class Sampler:
     def sample(self, ctx: Any, row: int) -> int:
         import llama_cpp as lc
 
-        # llama_sampler_sample also "accepts" the token into the chain's state (a no-op for these samplers).
-        return int(lc.llama_sampler_sample(self._chain, ctx, row))
+        mask = self._mask
+        if mask is None:
+            # llama_sampler_sample also "accepts" the token into the chain's state (a no-op for these samplers).
+            return int(lc.llama_sampler_sample(self._chain, ctx, row))
+        mask.apply(ctx, row)
+        token = int(lc.llama_sampler_sample(self._chain, ctx, row))
+        mask.accept(token)
+        return token
 
     def close(self) -> None:
         import llama_cpp as lc
@@ -57,6 +75,44 @@ class Sampler:
         if self._chain is not None:
             lc.llama_sampler_free(self._chain)
             self._chain = None
+
+
+class _TensorHead(ctypes.Structure):
+    """``struct ggml_tensor`` up to its name (ggml.h as vendored by llama-cpp-python 0.3.36), to read which node
+    the scheduler asks about."""
+
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+        ("op", ctypes.c_int),
+        ("op_params", ctypes.c_int32 * 16),
+        ("flags", ctypes.c_int32),
+        ("src", ctypes.c_void_p * 10),
+        ("view_src", ctypes.c_void_p),
+        ("view_offs", ctypes.c_size_t),
+        ("data", ctypes.c_void_p),
+        ("name", ctypes.c_char * 64),
+    ]
+
+
+class GraphCounter:
+    """Counts graph computes (one per ubatch) through llama.cpp's eval callback, which the scheduler asks about
+    every node of every graph it computes: the node named ``result_norm`` is in each graph once. For
+    measurements only (``benchmarks/engine_steps.py``): a Python call per node costs milliseconds a step."""
+
+    def __init__(self) -> None:
+        import llama_cpp as lc
+
+        self.computes = 0
+
+        def on_node(tensor: int, ask: bool, _data: int) -> bool:
+            if ask and _TensorHead.from_address(tensor).name == b"result_norm":
+                self.computes += 1
+            return False  # no node's data is wanted: the graph runs unsplit
+
+        self.callback = lc.ggml_backend_sched_eval_callback(on_node)
 
 
 class NativeModel:
@@ -77,6 +133,7 @@ class NativeModel:
         """Token ids run from 0 to ``n_vocab - 1``."""
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self.metadata: dict[str, str] = model.metadata()
+        self.graph_counter: GraphCounter | None = None
 
     @classmethod
     def load(
@@ -88,8 +145,10 @@ class NativeModel:
         n_ctx_seq: int,
         n_batch: int = 512,
         use_extra_bufts: bool = True,
+        graph_counter: GraphCounter | None = None,
     ) -> NativeModel:
-        """Load ``path`` with room for ``n_parallel`` sequences of ``n_ctx_seq`` tokens each."""
+        """Load ``path`` with room for ``n_parallel`` sequences of ``n_ctx_seq`` tokens each; a
+        ``graph_counter`` counts the graphs llama.cpp computes (measurements only: it slows every step)."""
         import llama_cpp as lc
         from llama_cpp._internals import LlamaModel
         from llama_cpp._logger import set_verbose
@@ -120,18 +179,29 @@ class NativeModel:
         # sequence here, 58 against 66 ms for eight. (llama-cpp-python's Llama defaults to off; the tests' oracle
         # is a Llama with flash_attn=True, whose logits then match ours to the last bit.)
         cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        if graph_counter is not None:
+            cparams.cb_eval = graph_counter.callback
         ctx = lc.llama_init_from_model(model.model, cparams)
         if ctx is None:
             model.close()  # type: ignore[no-untyped-call,unused-ignore]  # Any without llama_cpp (make lint)
             raise ConfigError(
                 f"llama.cpp could not make a context of {n_parallel} × {n_ctx_seq} tokens for {path}"
             )
-        return cls(model, ctx, n_parallel=n_parallel, n_batch=n_batch)
+        native = cls(model, ctx, n_parallel=n_parallel, n_batch=n_batch)
+        native.graph_counter = graph_counter  # its callback must live as long as the context
+        return native
 
     # -- vocabulary ------------------------------------------------------------------------------------------
 
     def tokenize(self, text: bytes, *, add_bos: bool, special: bool) -> list[int]:
         return list(self._model.tokenize(text, add_bos, special))
+
+    @property
+    def vocab(self) -> Any:
+        """llama.cpp's ``llama_vocab`` pointer (the JSON constraints read the vocabulary from it)."""
+        import llama_cpp as lc
+
+        return lc.llama_model_get_vocab(self._model.model)
 
     def token_text(self, token: int) -> str:
         if token < 0:
@@ -181,14 +251,23 @@ class NativeModel:
             raise EngineError(f"llama_decode failed with status {status} on a step of {len(entries)} tokens")
         return rows
 
+    @property
+    def graphs_reused(self) -> int:
+        """Graph computes that reused the previous step's graph (llama.cpp's ``n_reused`` perf counter)."""
+        import llama_cpp as lc
+
+        return int(lc.llama_perf_context(self._ctx).n_reused)
+
     def sample(self, sampler: Sampler, row: int) -> int:
         return sampler.sample(self._ctx, row)
 
-    def forget(self, seq: int) -> None:
-        """Free every KV cell of ``seq`` so the next request can use the sequence from position 0."""
+    def forget(self, seq: int, *, start: int = 0) -> bool:
+        """Free the KV cells of ``seq`` from position ``start`` on (all of them by default), so the next
+        request reads its prompt into the sequence from there. False when the memory cannot drop a tail (a
+        recurrent model's state is all or nothing): then nothing was freed."""
         import llama_cpp as lc
 
-        lc.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        return bool(lc.llama_memory_seq_rm(self._mem, seq, start, -1))
 
     def self_test(self) -> None:
         """Decode as the server will: a multi-token prompt, then steps batching every sequence at once."""

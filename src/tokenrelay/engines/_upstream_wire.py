@@ -34,7 +34,16 @@ from typing import Any, Literal, TypeAlias
 from tokenrelay._errors import ProtocolError
 from tokenrelay._openai_reader import error_from_body
 
-__all__ = ["PROTOCOLS", "Protocol", "UpstreamChunk", "reader_for", "request"]
+__all__ = [
+    "LLAMACPP_MAX_ENUM_VALUES",
+    "PROTOCOLS",
+    "Protocol",
+    "UpstreamChunk",
+    "enum_values",
+    "openai_response_format",
+    "reader_for",
+    "request",
+]
 
 Protocol: TypeAlias = Literal["openai", "sglang", "tgi", "llamacpp"]
 PROTOCOLS: tuple[Protocol, ...] = ("openai", "sglang", "tgi", "llamacpp")
@@ -68,10 +77,19 @@ def request(
     temperature: float,
     top_p: float,
     seed: int | None,
+    response_format: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The path and JSON body of one streamed generation. Stop strings are never sent: tokenrelay applies
-    them itself, on its own text."""
+    them itself, on its own text.
+
+    ``response_format`` (OpenAI's shape: ``json_object``, or ``json_schema`` with its ``schema``) is sent in
+    each protocol's own documented field (issue 20): ``response_format`` as is to vLLM and tokenrelay; to
+    llama.cpp's server its ``json_schema`` field (read on both of its endpoints, converted to its grammar);
+    SGLang's ``sampling_params.json_schema`` (the schema as a JSON string); TGI's ``parameters.grammar``
+    (``{"type": "json", "value": schema}``). A JSON object with no schema is the schema ``{"type": "object"}``
+    where a protocol has no such mode."""
     chat = not isinstance(prompt, str)
+    schema = _schema_of(response_format)
     if protocol in ("openai", "llamacpp"):
         body: dict[str, Any] = {"stream": True, "temperature": temperature, "top_p": top_p}
         if model:
@@ -83,8 +101,12 @@ def request(
         body["stream_options"] = {"include_usage": True}
         if protocol == "openai":
             body["return_token_ids"] = True
+            if response_format is not None:
+                body["response_format"] = response_format
         else:  # llama.cpp's server: token counts in every chunk (see LlamaCppTextReader)
             body["timings_per_token"] = True
+            if schema is not None:
+                body["json_schema"] = schema
         if chat:
             body["messages"] = prompt
             return "/v1/chat/completions", body
@@ -98,6 +120,8 @@ def request(
             sampling["max_new_tokens"] = max_tokens
         if seed is not None:
             sampling["sampling_seed"] = seed
+        if schema is not None:
+            sampling["json_schema"] = json.dumps(schema, ensure_ascii=False)
         return "/generate", {"text": prompt, "sampling_params": sampling, "stream": True}
     # TGI: temperature must be > 0 and top_p < 1 when sent; greedy is do_sample=false.
     parameters: dict[str, Any] = {"details": True, "do_sample": temperature > 0}
@@ -109,7 +133,52 @@ def request(
         parameters["max_new_tokens"] = max_tokens
     if seed is not None:
         parameters["seed"] = seed
+    if schema is not None:
+        parameters["grammar"] = {"type": "json", "value": schema}
     return "/generate_stream", {"inputs": prompt, "parameters": parameters}
+
+
+# llama.cpp's server turns a schema into a GBNF grammar whose sampler checks every token against every
+# alternative: a 20,000-value enum took it 477 s to answer on this project's VM. Past this many enum values
+# in one schema the front refuses the request rather than hand a replica minutes of work (OpenAI's own limit).
+LLAMACPP_MAX_ENUM_VALUES = 1000
+
+
+def openai_response_format(
+    schema: str | None, name: str | None, description: str | None, strict: bool | None
+) -> dict[str, Any]:
+    """OpenAI's ``response_format`` for a schema (JSON text), or for any JSON object when ``schema`` is None."""
+    if schema is None:
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": name or "response", "schema": json.loads(schema)}
+    if description is not None:
+        spec["description"] = description
+    if strict is not None:
+        spec["strict"] = strict
+    return {"type": "json_schema", "json_schema": spec}
+
+
+def enum_values(schema: str) -> int:
+    """How many ``enum`` values a schema (JSON text) lists in all."""
+    values, todo = 0, [json.loads(schema)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            enum = node.get("enum")
+            values += len(enum) if isinstance(enum, list) else 0
+            todo.extend(v for k, v in node.items() if k not in ("enum", "const"))
+        elif isinstance(node, list):
+            todo.extend(node)
+    return values
+
+
+def _schema_of(response_format: dict[str, Any] | None) -> object:
+    """The JSON Schema ``response_format`` asks for (``None``: plain text)."""
+    if response_format is None or response_format.get("type") == "text":
+        return None
+    if response_format.get("type") == "json_object":
+        return {"type": "object"}
+    return response_format["json_schema"]["schema"]
 
 
 def _object(data: str) -> dict[str, Any]:

@@ -16,10 +16,19 @@ admission queue holds it first, with keep-alives). A request ends at ``max_token
 sequence is full (``n_ctx`` tokens of prompt and reply: ``finish_reason`` "length", never a crash); a prompt
 that leaves no room is refused before anything runs.
 
+Prefix cache (issue 23, ``prefix_cache=True``, ``--no-prefix-cache`` to turn it off): a finished request's KV
+cells stay in its sequence, and a new request takes the free sequence that already holds the longest prefix of
+its prompt (``_batching.SequencePool``): the cells past the divergence point are removed
+(``llama_memory_seq_rm``) and only the rest of the prompt is read. In a chat, where every turn re-sends the
+whole conversation, a turn reads only what is new since the last reply. It uses no memory beyond the KV cache
+itself (``n_parallel`` × ``n_ctx`` cells, allocated at load); ``prompt_tokens_read`` and
+``prompt_tokens_reused`` count what was decoded and what was found cached (``/metrics``).
+
 Cancellation: the worker checks every request before each step. A consumer that cancels or closes its
-iterator marks the request cancelled; the next step no longer carries it and its sequence's KV cells are freed,
-while the other requests go on. At most the step already running finishes (llama.cpp cannot be interrupted
-mid-decode) and its token is dropped.
+iterator marks the request cancelled; the next step no longer carries it and its sequence is freed (its cells,
+the prompt read so far and the reply so far, stay for the prefix cache), while the other requests go on. At
+most the step already running finishes (llama.cpp cannot be interrupted mid-decode) and its token is
+dropped.
 
 Step times (issue 13): every token is yielded as ``TimedIds``, timed from just before the ``llama_decode`` of
 its step to just after its own sampling, on ``time.perf_counter`` (the server's clock), so the doctor's model
@@ -28,8 +37,16 @@ lane starts where the token was made.
 Before the model is loaded in this process, ``llamacpp_check`` proves in a child process that this machine
 can run the build (a CPU that reports AMX but cannot execute it died with SIGILL on the first prompt).
 
+Structured output (issue 20): a request with ``params.constraint`` gets a token mask per step from
+``llguidance_json`` (which says why llguidance), compiled off the worker (``check_constraint`` at intake, or in
+``generate``); a request without one pays nothing.
+
 Chat prompts are rendered with the model's own template (GGUF ``tokenizer.chat_template``) through
 llama-cpp-python's ``Jinja2ChatFormatter`` (jinja2 is a dependency of llama-cpp-python).
+
+The module is over 400 lines because the worker thread (admission to sequences, the step, release into the
+prefix cache) and the asyncio side it serves share one small set of request objects; the decisions themselves
+are in ``_batching`` (sans I/O) and the ctypes calls in ``_llama_native``.
 """
 
 from __future__ import annotations
@@ -39,22 +56,30 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK, Slot, plan_step
-from tokenrelay.engines.base import Prompt, SamplingParams, Step, TimedIds, timed_ids
+from tokenrelay.engines._batching import (
+    DEFAULT_PARALLEL,
+    DEFAULT_PREFILL_CHUNK,
+    SequencePool,
+    Slot,
+    plan_step,
+)
+from tokenrelay.engines.base import JSONConstraint, Prompt, SamplingParams, Step, TimedIds, timed_ids
 from tokenrelay.engines.llamacpp_check import check_runnable, default_threads
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
 if TYPE_CHECKING:
     from llama_cpp.llama_types import ChatCompletionRequestMessage
+    from prometheus_client.metrics_core import Metric
 
     from tokenrelay.engines._llama_native import NativeModel, Sampler
+    from tokenrelay.engines.llguidance_json import JSONMask
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -92,6 +117,7 @@ class _Request:
     params: SamplingParams
     limit: int
     loop: asyncio.AbstractEventLoop
+    mask: JSONMask | None = None
     tokens: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     cancelled: bool = False
 
@@ -120,6 +146,7 @@ class LlamaCppEngine:
         model: str,
         path: Path,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+        prefix_cache: bool = True,
     ) -> None:
         if prefill_chunk < 1:
             raise ConfigError("prefill_chunk must be at least 1")
@@ -128,6 +155,12 @@ class LlamaCppEngine:
         self._model = model
         self.path = path
         self.prefill_chunk = prefill_chunk
+        self.prefix_cache = prefix_cache
+        """A finished request's cells stay in its sequence for the next prompt that starts the same way."""
+        self.prompt_tokens_read = 0
+        """Prompt tokens decoded over the engine's life (their cells computed)."""
+        self.prompt_tokens_reused = 0
+        """Prompt tokens whose cells a sequence still held from an earlier request (not decoded again)."""
         self._formatter = self._chat_formatter()
         self._stop_ids = self._find_stop_ids()
         self.steps_computed = 0
@@ -135,6 +168,9 @@ class LlamaCppEngine:
         self.max_batch_seen = 0
         """The most requests one step has carried (tests check that concurrent chats really share steps)."""
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        from tokenrelay.engines.llguidance_json import JSONGrammars  # cheap: llguidance loads on first use
+
+        self._grammars = JSONGrammars(native.vocab, native.n_vocab)
         self._closed = False
         self._worker = threading.Thread(target=self._run, name="tokenrelay-llama", daemon=True)
         self._worker.start()
@@ -150,6 +186,7 @@ class LlamaCppEngine:
         n_threads: int | None = None,
         n_parallel: int = DEFAULT_PARALLEL,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+        prefix_cache: bool = True,
         on_progress: Callable[[str], None] | None = None,
     ) -> LlamaCppEngine:
         """Load ``model`` (blocking; seconds) with ``n_parallel`` sequences of ``n_ctx`` tokens each.
@@ -181,7 +218,9 @@ class LlamaCppEngine:
             f"({n_parallel} parallel × {native.n_ctx_seq} tokens, {threads} threads)"
         )
         name = "SmolLM2-135M-Instruct" if model == DEFAULT_MODEL else path.stem
-        return cls(native, tokenizer, model=name, path=path, prefill_chunk=prefill_chunk)
+        return cls(
+            native, tokenizer, model=name, path=path, prefill_chunk=prefill_chunk, prefix_cache=prefix_cache
+        )
 
     def _chat_formatter(self) -> Callable[[list[dict[str, str]]], str] | None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -279,7 +318,10 @@ class LlamaCppEngine:
                 f"prompt holds a token id outside the vocabulary (0..{self._native.n_vocab - 1})", param=param
             )
         limit = room if params.max_tokens is None else min(room, params.max_tokens)
-        request = _Request(list(prompt_ids), params, limit, loop)
+        mask = None
+        if params.constraint is not None:  # compiled (or copied from the cache) here, never on the worker
+            mask = await loop.run_in_executor(None, self._grammars.mask, params.constraint)
+        request = _Request(list(prompt_ids), params, limit, loop, mask)
         self._inbox.put(request)
         finished = False
         try:
@@ -296,6 +338,14 @@ class LlamaCppEngine:
             if not finished:
                 request.cancelled = True
                 self._inbox.put(None)  # wake the worker so the sequence is freed at the next step
+
+    def check_constraint(self, constraint: JSONConstraint) -> None:
+        """Compile ``constraint`` (blocking; the server's intake, off the loop): a 400 before the stream."""
+        self._grammars.check(constraint)
+
+    def metrics_collector(self) -> _PromptTokensCollector:
+        """A Prometheus collector of the prompt tokens read and reused (the server registers it)."""
+        return _PromptTokensCollector(self)
 
     async def wait_idle(self) -> None:
         """Return once the worker finished the step it was running and dropped every cancelled request."""
@@ -316,17 +366,21 @@ class LlamaCppEngine:
         from tokenrelay.engines._llama_native import Sampler
 
         native = self._native
-        free = list(range(native.n_parallel - 1, -1, -1))
+        pool = SequencePool(native.n_parallel, prefix_cache=self.prefix_cache)
         waiting: deque[_Request] = deque()
         running: list[_Running] = []
         barriers: list[threading.Event] = []
         closing = False
 
-        def release(run: _Running, final: object) -> None:
+        def release(run: _Running, final: object, *, cells_known: bool = True) -> None:
             running.remove(run)
-            native.forget(run.slot.seq)
+            seq = run.slot.seq
+            if self.prefix_cache and cells_known:
+                pool.release(seq, run.slot.cells())  # its cells stay for the next prompt that starts so
+            else:
+                native.forget(seq)
+                pool.release(seq, ())
             run.sampler.close()
-            free.append(run.slot.seq)
             if final is not None:
                 run.request.deliver(final)
 
@@ -358,25 +412,31 @@ class LlamaCppEngine:
                     barrier.set()
                 native.close()
                 return
-            while free and waiting:
+            while pool.free and waiting:
                 request = waiting.popleft()
                 params = request.params
-                slot = Slot(free.pop(), request.prompt_ids, request.limit, self._stop_ids)
-                running.append(
-                    _Running(request, slot, Sampler(params.temperature, params.top_p, params.seed))
-                )
+                seq, reused = pool.take(request.prompt_ids)
+                if not native.forget(seq, start=reused):  # the cells past the shared prefix (all: 0)
+                    native.forget(seq)
+                    reused = 0
+                self.prompt_tokens_reused += reused
+                slot = Slot(seq, request.prompt_ids, request.limit, self._stop_ids, fed=reused)
+                sampler = Sampler(params.temperature, params.top_p, params.seed, request.mask)
+                running.append(_Running(request, slot, sampler))
             if running:
                 self._step(running, release)
             for barrier in barriers:
                 barrier.set()
             barriers.clear()
 
-    def _step(self, running: list[_Running], release: Callable[[_Running, object], None]) -> None:
+    def _step(self, running: list[_Running], release: Callable[..., None]) -> None:
         native = self._native
         by_slot = {id(run.slot): run for run in running}
+        fed = sum(run.slot.fed for run in running)
         entries, sampling = plan_step(
             (run.slot for run in running), prefill_chunk=self.prefill_chunk, n_batch=native.n_batch
         )
+        self.prompt_tokens_read += sum(run.slot.fed for run in running) - fed
         started = time.perf_counter()
         try:
             rows = native.decode(entries)
@@ -387,15 +447,40 @@ class LlamaCppEngine:
                 else EngineError(f"llama.cpp failed mid-generation: {exc}")
             )
             for run in list(running):
-                release(run, error)
+                release(run, error, cells_known=False)  # what the failed step left in the cells is unknown
             return
         self.steps_computed += 1
         self.max_batch_seen = max(self.max_batch_seen, len({e.seq for e in entries}))
         for row, slot in zip((r for r in rows if r >= 0), sampling, strict=True):
             run = by_slot[id(slot)]
-            token = native.sample(run.sampler, row)
+            try:  # a request whose JSON constraint failed (llguidance's limits) ends alone
+                token = native.sample(run.sampler, row)
+            except EngineError as exc:
+                release(run, exc)
+                continue
             slot.accept(token)
             if not run.request.cancelled:
                 run.request.deliver(timed_ids((token,), started, time.perf_counter()))
             if slot.done:
                 release(run, _END)
+
+
+class _PromptTokensCollector:
+    def __init__(self, engine: LlamaCppEngine) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily
+
+        engine = self._engine
+        for name, doc, value in (
+            ("read", "Prompt tokens the engine decoded (their KV cells computed)", engine.prompt_tokens_read),
+            (
+                "reused",
+                "Prompt tokens whose KV cells were still cached from an earlier request (prefix cache)",
+                engine.prompt_tokens_reused,
+            ),
+        ):
+            family = CounterMetricFamily(f"tokenrelay_engine_prompt_tokens_{name}", doc, labels=["model"])
+            family.add_metric([engine.model], value)
+            yield family

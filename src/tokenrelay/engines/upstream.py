@@ -18,6 +18,8 @@ Replicas (every URL serves the same model):
   refuses), a failure of every replica becomes ``EngineError`` (500) naming the last cause;
 - state: ``health()`` reports each replica's state (the server's ``GET /health`` shows it, and answers 503
   when no replica is healthy);
+- structured output: ``params.constraint`` goes to the replica in its protocol's field (``_upstream_wire``);
+  the replica enforces it;
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
   (``metrics_collector()`` is a Prometheus collector the server registers);
 - several worker processes (``serve --workers N``): ``share_counts`` puts each replica's numbers in cells
@@ -32,7 +34,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -40,9 +42,18 @@ from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, To
 from tokenrelay._openai_reader import error_from_body
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._sse import SSEParser
-from tokenrelay.engines._upstream_wire import PROTOCOLS, Protocol, reader_for, request
+from tokenrelay.engines._upstream_wire import (
+    LLAMACPP_MAX_ENUM_VALUES,
+    PROTOCOLS,
+    Protocol,
+    enum_values,
+    openai_response_format,
+    reader_for,
+    request,
+)
 from tokenrelay.engines.base import (
     EngineFinished,
+    JSONConstraint,
     Prompt,
     PromptTokens,
     SamplingParams,
@@ -54,6 +65,15 @@ from tokenrelay.engines.base import (
 from tokenrelay.engines.replicas import Replica, ReplicaCollector, SharedCells, SharedReplica
 
 __all__ = ["Replica", "UpstreamEngine", "discover_model"]
+
+
+def response_format(constraint: JSONConstraint | None) -> dict[str, Any] | None:
+    """The OpenAI ``response_format`` for ``constraint`` (rebuilt from what the front checked)."""
+    if constraint is None:
+        return None
+    return openai_response_format(
+        constraint.schema, constraint.name, constraint.description, constraint.strict
+    )
 
 
 class _Retry(Exception):
@@ -134,6 +154,18 @@ class UpstreamEngine:
         # continues a prompt) and count usage. A text prompt is exact; a chat prompt is counted as plain turns.
         return self._tokenizer.encode(render_plain_chat(prompt))
 
+    def check_constraint(self, constraint: JSONConstraint) -> None:
+        """Refuse what llama.cpp's server would take minutes over (``LLAMACPP_MAX_ENUM_VALUES``); each replica
+        enforces the schema itself and refuses what it cannot."""
+        values = enum_values(constraint.schema) if self.protocol == "llamacpp" and constraint.schema else 0
+        if values > LLAMACPP_MAX_ENUM_VALUES:
+            param = "response_format.json_schema.schema"
+            raise InvalidRequestError(
+                f"{param}: the schema lists {values:,} enum values; llama.cpp's server (this front's replicas) "
+                f"is given at most {LLAMACPP_MAX_ENUM_VALUES:,}: its grammar sampler takes minutes over one",
+                param=param,
+            )
+
     async def generate(
         self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
     ) -> AsyncIterator[Step]:
@@ -149,6 +181,7 @@ class UpstreamEngine:
                 temperature=params.temperature,
                 top_p=params.top_p,
                 seed=params.seed,
+                response_format=response_format(params.constraint),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"{exc}; send /v1/completions", param="messages") from exc

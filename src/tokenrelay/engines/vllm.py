@@ -16,6 +16,13 @@ detokenizes against are the ones the model read.
 
 Cancellation: closing the generator (the client left) aborts the vLLM request at once.
 
+Structured output (issue 20): ``params.constraint`` becomes vLLM's ``StructuredOutputsParams`` (``json`` for a
+schema, ``json_object`` for any object). Unless ``structured_outputs_config`` is passed, ``load`` picks vLLM's
+``guidance`` backend (llguidance, the embedded engine's mechanism: the same subset of JSON Schema) with
+``disable_any_whitespace`` (compact JSON, as the embedded engine writes it, so a small model cannot pad a reply
+with whitespace; vLLM allows that flag only with a named backend, not "auto"). ``check_constraint`` runs vLLM's
+own request validation at the server's intake, so a schema vLLM refuses is a 400 before the stream.
+
 ``--model smollm2`` is an HF-format copy of the embedded SmolLM2-135M-Instruct GGUF, made once and cached
 (:func:`smollm2_hf_dir`); vLLM itself, torch and transformers come with ``pip install 'tokenrelay[vllm]'``.
 """
@@ -34,7 +41,7 @@ from typing import Any
 
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
-from tokenrelay.engines.base import EngineFinished, Prompt, SamplingParams, Step
+from tokenrelay.engines.base import EngineFinished, JSONConstraint, Prompt, SamplingParams, Step
 from tokenrelay.engines.vllm_memory import settle_memory
 from tokenrelay.tokenizers import load_tokenizer, smollm2_gguf_path
 
@@ -103,9 +110,10 @@ class VLLMEngine:
         self._tokenizer = tokenizer
         self._model = model
         from vllm import SamplingParams as VSamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         self._sampling_params = VSamplingParams
+        self._structured = StructuredOutputsParams
         self._delta = RequestOutputKind.DELTA
         self.aborted = 0
         """Requests aborted because their consumer left (tests read it)."""
@@ -133,6 +141,12 @@ class VLLMEngine:
         try:
             if seed is not None:
                 options["seed"] = seed
+            if "structured_outputs_config" not in options:
+                from vllm.config import StructuredOutputsConfig
+
+                options["structured_outputs_config"] = StructuredOutputsConfig(
+                    backend="guidance", disable_any_whitespace=True
+                )
             args = AsyncEngineArgs(model=path, served_model_name=[name], **options)
             config = args.create_engine_config()
             settle_memory(config, utilization_asked="gpu_memory_utilization" in options, report=report)
@@ -173,17 +187,45 @@ class VLLMEngine:
         )
         return list(self._hf.encode(text, add_special_tokens=False))
 
-    async def generate(
-        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
-    ) -> AsyncIterator[Step]:
-        sampling = self._sampling_params(
+    def _vllm_params(self, params: SamplingParams) -> Any:
+        structured = None
+        constraint = params.constraint
+        if constraint is not None:
+            if constraint.schema is None:
+                structured = self._structured(json_object=True)
+            else:
+                structured = self._structured(json=constraint.schema)
+        return self._sampling_params(
             max_tokens=params.max_tokens,
             temperature=params.temperature,
             top_p=params.top_p,
             seed=params.seed,
             detokenize=False,  # tokenrelay makes the text
             output_kind=self._delta,  # each output holds only the new ids
+            structured_outputs=structured,
         )
+
+    def check_constraint(self, constraint: JSONConstraint) -> None:
+        """vLLM's own validation of the structured-output request (what ``generate`` would raise on its first
+        step), as an ``InvalidRequestError``; blocking (xgrammar may compile), so called off the event loop."""
+        param = "response_format" if constraint.schema is None else "response_format.json_schema.schema"
+        processor = getattr(self._llm, "input_processor", None)
+        if processor is None:  # another vLLM: its own error comes from generate
+            return
+        try:
+            self._vllm_params(SamplingParams(max_tokens=1, constraint=constraint)).verify(
+                processor.model_config,
+                processor.speculative_config,
+                processor.structured_outputs_config,
+                getattr(processor, "tokenizer", None) or self._hf,
+            )
+        except (ValueError, TypeError, RuntimeError) as exc:  # VLLMValidationError is a ValueError
+            raise InvalidRequestError(f"{param}: vLLM cannot enforce the schema: {exc}", param=param) from exc
+
+    async def generate(
+        self, prompt: Prompt, params: SamplingParams, *, prompt_ids: Sequence[int]
+    ) -> AsyncIterator[Step]:
+        sampling = self._vllm_params(params)
         request_id = "tokenrelay-" + uuid.uuid4().hex
         # vLLM's TokensPrompt (a TypedDict): the caller's ids (self.prompt_ids), not a second tokenization.
         tokens_prompt = {"prompt_token_ids": list(prompt_ids)}

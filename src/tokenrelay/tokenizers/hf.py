@@ -1,9 +1,9 @@
 """HF ``tokenizers`` (a tokenizer.json, a ``tokenizers.Tokenizer``, a transformers fast tokenizer).
 
 The reference decode is the library's own ``decode``. Two decoder chains have byte tables: ``ByteLevel``
-(GPT-2-style byte-level BPE, SmolLM2) and ``Replace ▁ → ' ', ByteFallback, Fuse, Strip`` (Llama/Mistral
-SentencePiece converted to tokenizer.json); any other chain (WordPiece, cleanup rules) has none and streams
-through the detokenizer's window.
+(GPT-2-style byte-level BPE, SmolLM2) and ``Replace ▁ → ' ', ByteFallback, Fuse`` with or without a final
+``Strip`` (Llama/Mistral SentencePiece converted to tokenizer.json; Gemma, which has no Strip); any other chain
+(WordPiece, cleanup rules) has none and streams through the detokenizer's window.
 """
 
 from __future__ import annotations
@@ -95,10 +95,12 @@ class HFTokenizer(TokenizerBase):
                     return piece.encode("utf-8")
 
             return ByteTable(pieces=[to_bytes(p) for p in pieces_str], special=self._special)
-        if kinds == ["Replace", "ByteFallback", "Fuse", "Strip"]:
-            replace, strip = steps[0], steps[3]
+        if kinds[:3] == ["Replace", "ByteFallback", "Fuse"] and kinds[3:] in ([], ["Strip"]):
+            # Llama/Mistral end with Strip (one leading space); Gemma's chain has none and keeps every space.
+            replace = steps[0]
             pattern = replace.get("pattern", {}).get("String")
-            if strip.get("content") != " " or strip.get("start") != 1 or strip.get("stop") != 0:
+            strip = steps[3] if len(steps) == 4 else None
+            if strip and (strip.get("content") != " " or strip.get("start") != 1 or strip.get("stop") != 0):
                 return None
             byte_ids: set[int] = set()
             pieces: list[bytes] = []
@@ -116,6 +118,6 @@ class HFTokenizer(TokenizerBase):
                 special=self._special,
                 byte_tokens=frozenset(byte_ids),
                 invalid_utf8="byte_run",
-                leading_space="first_char",
+                leading_space="first_char" if strip else "keep",
             )
         return None

@@ -1,0 +1,171 @@
+"""JSON constraints for the llama.cpp engine: a schema compiled by llguidance, one token mask per step (issue 20).
+
+Why llguidance, measured on this project's 2-core VM with SmolLM2-135M (``benchmarks/structured.py``
+prints the comparison; figures in benchmarks/README.md):
+
+- llama.cpp's own grammar sampler (``llama_sampler_init_grammar``, GBNF from llama-cpp-python's
+  ``json_schema_to_gbnf``) checks every candidate of the 49,152-token vocabulary against the grammar's stacks
+  at each step: 23–36 ms a token, two to three times the decode step itself (~10 ms), and llama-server needed
+  477 s for a 20,000-value enum;
+- llguidance (Rust, no Python dependencies, a llama.cpp vocabulary bridge) computes the mask with a lazy
+  lexer and a token trie: about 0.5 ms a token (median), 0.2 s to compile the 20,000-value enum, and its work
+  per compile and per step is bounded by fuel limits (``LLParserLimits``), so a hostile schema ends in an
+  error, not a hang;
+- xgrammar requires torch and triton (``pip show xgrammar``): gigabytes for an engine whose point is a
+  100 MB model on a CPU. It is what vLLM uses, and is exercised there.
+
+The mask is applied to the sequence's own row of logits (``llama_get_logits_ith``: disallowed tokens set to
+-inf) just before that request's sampler chain runs, so temperature, top_p and the seed work as usual, and the
+sampled token is then consumed by the sequence's matcher. Each sequence has its own matcher: constrained and
+unconstrained requests share every decode step, and a request without a constraint runs exactly the code it
+ran before (no mask, no copy). The end of sequence is allowed only where the JSON is complete; once it is
+complete nothing else is (the grammar has no trailing whitespace), so the reply ends there, with ``"stop"``.
+Whitespace between tokens is off (``whitespace_flexible: false``: ``{"a":1,"b":[2]}``), so a small model cannot
+pad a reply with blank lines until ``max_tokens``; a reply cut by ``max_tokens`` stays cut ("length").
+
+Compiling happens off the worker thread: ``check`` at the server's intake (a thread pool) and ``matcher`` in
+``generate`` (the default executor); compiled grammars are cached per constraint and each request gets a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from collections import OrderedDict
+from typing import Any
+
+from tokenrelay._errors import EngineError, InvalidRequestError
+from tokenrelay.engines.base import JSONConstraint
+
+__all__ = ["JSONGrammars", "JSONMask"]
+
+# Bounds on what one schema may cost (llguidance's defaults, but a tenth of the lexer states: each is 1-2 KB,
+# and a cached grammar keeps its own).
+_MAX_LEXER_STATES = 25_000
+_CACHE = 32  # compiled grammars kept (per engine)
+_OPTIONS = {
+    "whitespace_flexible": False,  # compact JSON: no runaway whitespace from a small model
+    "lenient": False,  # an unimplemented keyword is an error, never ignored (a schema's x-guidance cannot
+    "coerce_one_of": False,  # turn these on: overrides win)
+}
+
+
+class JSONMask:
+    """One sequence's constraint: masks its row of logits before sampling, consumes each sampled token."""
+
+    __slots__ = ("_bits", "_matcher", "_n_vocab", "_words")
+
+    def __init__(self, matcher: Any, n_vocab: int) -> None:
+        import numpy as np
+
+        self._matcher = matcher
+        self._n_vocab = n_vocab
+        self._words = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
+        self._bits = self._words.view(np.uint8)
+
+    def apply(self, ctx: Any, row: int) -> None:
+        """Set the logits of every token the JSON cannot continue with to -inf (llama.cpp's row ``row``)."""
+        import llama_cpp as lc
+        import numpy as np
+
+        matcher = self._matcher
+        matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)  # drops the GIL
+        if matcher.is_error():
+            raise EngineError(f"the JSON constraint failed: {matcher.get_error()}")
+        allowed = np.unpackbits(self._bits, count=self._n_vocab, bitorder="little")
+        logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, row), shape=(self._n_vocab,))
+        logits[allowed == 0] = -np.inf
+
+    def accept(self, token: int) -> None:
+        if not self._matcher.consume_token(token):
+            raise EngineError(f"the JSON constraint refused token {token}: {self._matcher.get_error()}")
+
+
+class JSONGrammars:
+    """Compiles constraints for one llama.cpp vocabulary; thread-safe. The llguidance tokenizer (about a
+    second to build from the vocabulary) is made on the first constraint, so an engine that never sees one
+    never pays for it."""
+
+    def __init__(self, vocab: Any, n_vocab: int) -> None:
+        self._vocab = vocab
+        self._n_vocab = n_vocab
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[JSONConstraint, Any] = OrderedDict()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the llguidance tokenizer was built (a constraint was compiled)."""
+        return self._tokenizer is not None
+
+    def check(self, constraint: JSONConstraint) -> None:
+        """Compile ``constraint`` (or find it compiled); ``InvalidRequestError`` if llguidance refuses it."""
+        self._template(constraint)
+
+    def mask(self, constraint: JSONConstraint) -> JSONMask:
+        """A fresh mask for one sequence (compiles on a cache miss: call it off the decode thread)."""
+        return JSONMask(self._template(constraint).deep_copy(), self._n_vocab)
+
+    def _template(self, constraint: JSONConstraint) -> Any:
+        with self._lock:
+            cached = self._cache.get(constraint)
+            if cached is not None:
+                self._cache.move_to_end(constraint)
+                return cached
+        matcher = self._compile(constraint)
+        with self._lock:
+            self._cache[constraint] = matcher
+            while len(self._cache) > _CACHE:
+                self._cache.popitem(last=False)
+        return matcher
+
+    def _llg_tokenizer(self) -> Any:
+        with self._lock:
+            if self._tokenizer is None:
+                from llguidance.llamacpp import lltokenizer_from_vocab
+
+                # llguidance's bridge calls llama_token_get_attr, which llama-cpp-python 0.3.36 marks as
+                # deprecated (same function, new name): that warning is theirs to fix, not an error here.
+                with warnings.catch_warnings():
+                    warnings.filterwarnings(
+                        "ignore", "llama_token_get_attr is deprecated", DeprecationWarning
+                    )
+                    self._tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=self._n_vocab)
+            return self._tokenizer
+
+    def _compile(self, constraint: JSONConstraint) -> Any:
+        import llguidance
+
+        tokenizer = self._llg_tokenizer()
+        if constraint.schema is None:  # json_object: any JSON object
+            schema, param = '{"type":"object"}', "response_format"
+        else:
+            schema, param = _without_guidance_options(constraint.schema), "response_format.json_schema.schema"
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=_OPTIONS)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise InvalidRequestError(f"{param}: {exc}", param=param) from exc
+        # The matcher is built here, not just validated: its construction compiles the lexer (bounded by the
+        # limits), and the cache hands out copies of it.
+        matcher = llguidance.LLMatcher(
+            tokenizer,
+            grammar,
+            log_level=0,
+            limits=llguidance.LLParserLimits(max_lexer_states=_MAX_LEXER_STATES),
+        )
+        if matcher.is_error():
+            raise InvalidRequestError(
+                f"{param}: this server cannot enforce the schema: {matcher.get_error()}", param=param
+            )
+        return matcher
+
+
+def _without_guidance_options(schema: str) -> str:
+    """The schema without llguidance's own ``x-guidance`` options: the engine picks them (``_OPTIONS``)."""
+    if '"x-guidance"' not in schema:
+        return schema
+    data = json.loads(schema)
+    if isinstance(data, dict):
+        data.pop("x-guidance", None)
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
