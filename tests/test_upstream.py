@@ -6,6 +6,7 @@ failover, cancellation and error mapping are tested without a model; the client 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -20,7 +21,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from _uvicorn import serve
-from server_helpers import replay_app
+from server_helpers import replay_app, split_response
 from tokenrelay import load_tokenizer
 from tokenrelay.engines.base import JSONConstraint
 from tokenrelay.engines.upstream import UpstreamEngine
@@ -359,6 +360,60 @@ def test_a_reply_cut_inside_a_character_ends_as_on_the_upstream_through_one_and_
                 == reply_text(client, sdks, upstream, n, stream=False)
                 == expected
             )
+
+
+def test_a_slow_client_gets_the_tokens_that_arrived_meanwhile_merged_into_whole_frames() -> None:
+    # The replica sends as fast as it can; the client reads 2 KiB every 10 ms through a small receive buffer.
+    # While the front waits for the client, the replica's events queue up and leave as one frame: exact text,
+    # whole characters, one event per write (one HTTP chunk each).
+    from tiny_tokenizers import corpus_text
+
+    text = corpus_text() * 3
+    app, _ = replay_app(text, rate=None)
+    with serve(app) as upstream, front([upstream]) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        body = json.dumps({"messages": MESSAGES, "stream": True, "max_tokens": 4096}).encode()
+        head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        raw = b""
+        while not raw.endswith(b"0\r\n\r\n"):
+            piece = sock.recv(2048)
+            assert piece, raw[:300] + b" ... " + raw[-300:]
+            raw += piece
+            time.sleep(0.01)
+        sock.close()
+    chunks = split_response(raw)[1]
+    events = [c for c in chunks if c.startswith(b"data: {")]
+    assert all(c.endswith(b"\n\n") and c.count(b"\n\n") == 1 for c in chunks)  # one whole event per write
+    deltas = [json.loads(c[6:])["choices"] for c in events]
+    pieces = [d[0]["delta"].get("content") or "" for d in deltas if d]
+    assert "".join(pieces) == text  # (a character broken between frames would show as an extra U+FFFD)
+    tokens = len(load_tokenizer("smollm2").encode(text))
+    assert tokens / len([p for p in pieces if p]) > 3  # merged: several tokens per frame on average
+
+
+async def test_a_consumer_that_falls_behind_pauses_reading_from_the_replica() -> None:
+    from tiny_tokenizers import corpus_text
+    from tokenrelay.engines.upstream_client import HIGH_WATER, ReplicaConnections
+
+    app, _ = replay_app(corpus_text() * 20, rate=None)  # 4,096 tokens asked, ~1 MB of chunks, sent at once
+    with serve(app) as upstream:
+        pool = ReplicaConnections(upstream)
+        body = json.dumps({"messages": MESSAGES, "stream": True, "max_tokens": 4096}).encode()
+        response = await pool.post("/v1/chat/completions", body)
+        await asyncio.sleep(1.0)  # not reading: the replica's stream must stop at the high water mark
+        assert response._buffered <= HIGH_WATER + 256 * 1024  # (the mark, and what one read can add)
+        conn = next(iter(pool._open))
+        assert conn._paused
+        events = 0
+        while batch := await response.next_events():
+            events += len(batch)
+        assert events > 2500 and not conn._paused  # every event, once the consumer took them
+        response.release()
+        pool.close()
 
 
 def test_response_format_reaches_a_tokenrelay_replica_and_its_refusals_come_back() -> None:

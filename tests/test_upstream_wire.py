@@ -10,13 +10,17 @@ against the binary itself when it is built).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -354,6 +358,71 @@ def test_llamacpp_reader_counts_tokens_and_keeps_a_stop_on_the_last_token_a_stop
     reader.feed(llamacpp_chunk("🌟", 3))
     reader.feed(llamacpp_chunk(None, None, "length"))
     assert reader.feed(usage).tokens == 1  # cut inside a character: the token counts, it has no text
+
+
+# -- the msgspec reader means what the reference reader means ------------------------------------------------
+
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5)
+)
+_any_json = st.recursive(
+    _scalars,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=4), kids, max_size=3),
+    max_leaves=6,
+)
+_good_ids = st.lists(st.integers(0, 2**20), max_size=4)
+_good_text = st.sampled_from(["", "a", " \ufffd", "\ufffd", "नम", "a\ufffdb"])
+
+
+def _chunks(weird: bool) -> st.SearchStrategy[dict[str, object]]:
+    """Chat and text chunks as vLLM and tokenrelay send them, or (``weird``) with any field of any type."""
+    ids, text = (_good_ids | _any_json, _good_text | _any_json) if weird else (_good_ids, _good_text)
+    delta = st.fixed_dictionaries({}, optional={"content": text | st.none(), "role": st.just("assistant")})
+    choice = st.fixed_dictionaries(
+        {"index": st.just(0)},
+        optional={
+            "delta": (delta | _any_json) if weird else delta,
+            "text": text,
+            "token_ids": ids,
+            "finish_reason": st.sampled_from([None, "stop", "length"]) | (_any_json if weird else st.none()),
+            "prompt_token_ids": ids,
+            "logprobs": st.none(),
+        },
+    )
+    usage = st.fixed_dictionaries({}, optional={"prompt_tokens": _scalars if weird else st.integers(0, 99)})
+    fields: dict[str, st.SearchStrategy[object]] = {
+        "choices": (st.lists(choice, max_size=2) | _any_json) if weird else st.lists(choice, max_size=2),
+        "prompt_token_ids": ids,
+        "usage": (usage | _any_json) if weird else (usage | st.none()),
+    }
+    if weird:
+        fields["error"] = st.none() | st.fixed_dictionaries({"message": st.text(max_size=5)}) | _any_json
+    return st.fixed_dictionaries({"id": st.just("chatcmpl-1")}, optional=fields)
+
+
+def _outcome(reader: OpenAITokenReader, data: str) -> object:
+    try:
+        return reader.feed(data)
+    except Exception as exc:  # the same error, whichever reader raised it
+        return (type(exc), str(exc))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    chunk=st.one_of(_chunks(False), _chunks(False), _chunks(True), _any_json),
+    raw=st.sampled_from(["", "[DONE]", "{", "[1]", '{"choices": [{"token_ids": [1e400]}]}']),
+)
+def test_the_decoding_reader_reads_every_chunk_as_the_reference_reader(chunk: object, raw: str) -> None:
+    from tokenrelay.engines.upstream_decode import DecodingOpenAIReader, _decode
+
+    for data in (json.dumps(chunk, ensure_ascii=False), raw):
+        assert _outcome(DecodingOpenAIReader(), data) == _outcome(OpenAITokenReader(), data), data
+    with contextlib.suppress(Exception):  # (--hypothesis-show-statistics: how many took the typed path)
+        hypothesis.event("typed" if _decode(json.dumps(chunk)).choices is not None else "typed, no choices")
 
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

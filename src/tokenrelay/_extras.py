@@ -18,7 +18,10 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "prometheus_client": "server",
     "jsonschema_rs": "server",  # response_format: a schema checked against its meta-schema
     "websockets": "server",  # uvicorn[standard] brings it; the doctor's --browser drives Chromium with it
+    "httptools": "server",  # the upstream engine's HTTP client
+    "msgspec": "server",  # ... and its chunk decoder
     "llama_cpp": "llama",
+    "llguidance": "llama",  # response_format on the embedded engine (engines/llguidance_json.py)
     "jinja2": "llama",
     "tokenizers": "tokenizers",
     "sentencepiece": "tokenizers",

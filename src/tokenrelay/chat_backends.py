@@ -178,7 +178,7 @@ class RemoteBackend:
         return params
 
     async def stream(self, prompt: Prompt, options: Options) -> AsyncGenerator[Piece | End, None]:
-        from tokenrelay.client import ChatDelta, ChatResult, astream_chat
+        from tokenrelay.client import ChatResult, astream_chat
 
         if isinstance(prompt, str):
             async for piece in self._completion(prompt, options):
@@ -186,11 +186,8 @@ class RemoteBackend:
             return
         params: dict[str, Any] = self._params(options)
         with self._reaching():
-            chat = cast(
-                "AsyncGenerator[ChatDelta | ChatResult, None]",
-                astream_chat(
-                    self.base_url, prompt, model=self.model, client=self.http, api_key=self.api_key, **params
-                ),
+            chat = astream_chat(
+                self.base_url, prompt, model=self.model, client=self.http, api_key=self.api_key, **params
             )
             async with contextlib.aclosing(chat):
                 async for item in chat:

@@ -153,6 +153,14 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
     upstream.add_argument("--upstream-api-key", help="sent to the replicas as 'Authorization: Bearer KEY'")
     upstream.add_argument("--health-interval", type=float, default=5.0, help="seconds between health checks")
+    upstream.add_argument(
+        "--upstream-read-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a replica that sends nothing this long (before its first byte, or mid-stream) has failed: its "
+        "clients get an error event and [DONE], and it is marked down",
+    )
     vllm = parser.add_argument_group("vllm engine (vLLM in-process; its options pass through)")
     vllm.add_argument("--tensor-parallel-size", type=int)
     vllm.add_argument("--pipeline-parallel-size", type=int)
@@ -275,6 +283,7 @@ def _build_upstream(args: argparse.Namespace) -> Engine:
         protocol=args.upstream_protocol,
         api_key=args.upstream_api_key,
         health_interval=args.health_interval,
+        read_timeout=args.upstream_read_timeout,
     )
 
 

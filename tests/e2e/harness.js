@@ -86,8 +86,22 @@ export async function startServer({
   cwd = ROOT,
   env = process.env,
 }) {
-  const argv = ['-m', 'tokenrelay', 'serve', '--engine', 'replay', '--text-file', textFile];
-  argv.push('--rate', String(rate), '--port', '0', '--log-level', 'info', ...args);
+  const argv = ['--engine', 'replay', '--text-file', textFile, '--rate', String(rate), ...args];
+  return spawnServer(argv, { timeoutMs, python, cwd, env });
+}
+
+/**
+ * Start `tokenrelay serve` over the embedded SmolLM2 model (llama.cpp), as startServer does the replay engine.
+ * Loading the model and its start-up check take a few seconds, more on a busy machine.
+ * @param {{ args?: string[], timeoutMs?: number }} options
+ * @returns {Promise<Server>}
+ */
+export async function startModelServer({ args = [], timeoutMs = 120_000 } = {}) {
+  return spawnServer(args, { timeoutMs, python: PYTHON, cwd: ROOT, env: process.env });
+}
+
+async function spawnServer(serveArgs, { timeoutMs, python, cwd, env }) {
+  const argv = ['-m', 'tokenrelay', 'serve', ...serveArgs, '--port', '0', '--log-level', 'info'];
   const child = spawn(python, argv, { cwd, env, stdio: ['ignore', 'ignore', 'pipe'] });
   live.add(child);
   const server = new Server(child);

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["REPLICA_CELLS", "Replica", "ReplicaCollector", "SharedCells", "SharedReplica"]
 
@@ -30,7 +30,6 @@ class Replica:
     tokens: int = 0
     cancelled: int = 0
     last_error: str = ""
-    ttft: list[float] = field(default_factory=list, repr=False)
 
     def down(self, reason: str) -> None:
         self.healthy = False

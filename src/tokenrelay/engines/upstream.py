@@ -32,16 +32,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+import json
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import httpx
+import msgspec
 
-from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenRelayError
+from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, ProtocolError, TokenRelayError
 from tokenrelay._openai_reader import error_from_body
 from tokenrelay._protocols import Tokenizer
-from tokenrelay._sse import SSEParser
 from tokenrelay.engines._upstream_wire import (
     LLAMACPP_MAX_ENUM_VALUES,
     PROTOCOLS,
@@ -63,8 +63,16 @@ from tokenrelay.engines.base import (
     render_plain_chat,
 )
 from tokenrelay.engines.replicas import Replica, ReplicaCollector, SharedCells, SharedReplica
+from tokenrelay.engines.upstream_client import ReplicaConnections, Response
+from tokenrelay.engines.upstream_decode import DecodingOpenAIReader
 
 __all__ = ["Replica", "UpstreamEngine", "discover_model"]
+
+# Each upstream event's JSON, decoded by msgspec: some 3 times faster than json.loads on a chat chunk, and the
+# same values (dicts, lists, str, int, float, bool, None; it refuses what is not JSON text, NaN or a lone
+# surrogate included, with a ValueError). One chunk per token made json.loads the largest single cost of
+# reading a replica (benchmarks/front.py, py-spy).
+_decode_json = msgspec.json.Decoder().decode
 
 
 def response_format(constraint: JSONConstraint | None) -> dict[str, Any] | None:
@@ -118,13 +126,21 @@ class UpstreamEngine:
         if protocol not in PROTOCOLS:
             raise ConfigError(f"unknown upstream protocol {protocol!r}: one of {', '.join(PROTOCOLS)}")
         self.replicas = [Replica(_base(u)) for u in urls]
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # Each replica's kept-alive connections, by URL (``share_counts`` replaces the Replica objects).
+        self._connections = {
+            r.url: ReplicaConnections(
+                r.url, connect_timeout=connect_timeout, read_timeout=read_timeout, headers=headers
+            )
+            for r in self.replicas
+        }
         self._tokenizer = tokenizer
         self._upstream_model = model
         self._model = model or "upstream"
         self.protocol: Protocol = protocol
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._health_interval = health_interval
-        self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)  # health checks only
         self._stop_ids = stop_token_ids if stop_token_ids is not None else tokenizer.eos_token_ids
         self._client: httpx.AsyncClient | None = None
         self._health_task: asyncio.Task[None] | None = None
@@ -185,7 +201,8 @@ class UpstreamEngine:
             )
         except ValueError as exc:
             raise InvalidRequestError(f"{exc}; send /v1/completions", param="messages") from exc
-        client = self._ensure_started()
+        payload = json.dumps(body).encode()
+        self._ensure_started()
         tried: set[Replica] = set()
         last = "no replica"
         while True:
@@ -193,18 +210,83 @@ class UpstreamEngine:
             if replica is None:
                 raise EngineError(f"every upstream replica failed ({len(tried)} tried); last: {last}")
             tried.add(replica)
-            relayed = False
+            replica.active += 1
+            replica.requests += 1
+            relayed = 0  # ids (or text steps) passed on: once there is one, no retry
+            ended = False  # the upstream said the reply is over (a finish reason or [DONE])
+            response: Response | None = None
             try:
-                async with contextlib.aclosing(
-                    self._stream(client, replica, path, body, params.max_tokens)
-                ) as steps:
-                    async for step in steps:
-                        relayed = relayed or not isinstance(step, PromptTokens)
-                        yield step
+                response = await self._open(replica, path, payload)
+                reader = (
+                    DecodingOpenAIReader()
+                    if self.protocol == "openai"
+                    else reader_for(self.protocol, max_tokens=params.max_tokens, loads=_decode_json)
+                )
+                feed, text_protocol = reader.feed, reader.text_protocol
+                stranded = self.stranded  # as the upstream's text ends a reply cut inside a character, so far
+                prompt_told = False
+                while True:
+                    # Every event that arrived since the last look: their ids go on as one step, so tokens
+                    # that arrived together leave in one frame (a busy front, a client that reads slowly).
+                    events = await response.next_events()
+                    if not events:
+                        break
+                    ids: list[int] = []
+                    for event in events:
+                        try:
+                            chunk = feed(event.data)
+                        except TokenRelayError:
+                            if ids:  # what came before the bad event is the reply's
+                                relayed += len(ids)
+                                yield ids
+                            raise
+                        if chunk.finish_reason is not None or chunk.done:
+                            ended = True
+                        if chunk.prompt_tokens is not None and not prompt_told:
+                            prompt_told = True  # the replica's own count (its chat template, its BOS)
+                            yield PromptTokens(chunk.prompt_tokens)  # (the first event: no ids before it)
+                        if chunk.token_ids:
+                            replica.tokens += len(chunk.token_ids)
+                            if chunk.stranded is not None and chunk.stranded != stranded:
+                                if ids:  # the ids before it end as the old rule says
+                                    relayed += len(ids)
+                                    yield ids
+                                    ids = []
+                                stranded = chunk.stranded
+                                yield Stranded(stranded)
+                            ids += chunk.token_ids
+                        elif text_protocol and (chunk.text or chunk.tokens):
+                            relayed += 1
+                            replica.tokens += chunk.tokens
+                            yield TextStep(chunk.text, chunk.tokens)
+                        if chunk.finish_reason == "length" or chunk.done:
+                            if ids:
+                                relayed += len(ids)
+                                yield ids
+                                ids = []
+                            if chunk.finish_reason == "length":
+                                # The replica cut the reply (its context is full, or its own limit): a
+                                # "length" finish even when our max_tokens is not reached.
+                                yield EngineFinished("length")
+                            if chunk.done:
+                                return
+                    if ids:
+                        relayed += len(ids)
+                        yield ids
+                if not ended:
+                    raise EngineError(f"upstream {replica.url} ended the stream before the reply finished")
                 return
+            except (GeneratorExit, asyncio.CancelledError):
+                # The consumer left: the client did, or the reply ended here (a stop string, max_tokens).
+                at_limit = params.max_tokens is not None and relayed >= params.max_tokens
+                if ended or at_limit:  # the replica ends it too: read its end so the connection is reused
+                    ended = True
+                else:  # closing the connection is how the replica learns to stop generating
+                    replica.cancelled += 1
+                raise
             except InvalidRequestError:
                 raise  # the engine refuses the request itself: every replica would
-            except (httpx.HTTPError, TokenRelayError, _Retry) as exc:
+            except (OSError, TokenRelayError, _Retry) as exc:  # (ConnectionError, TimeoutError: OSErrors)
                 reason = str(exc) or type(exc).__name__
                 if not isinstance(exc, _Retry):
                     replica.down(reason)
@@ -212,79 +294,31 @@ class UpstreamEngine:
                     raise EngineError(f"upstream {replica.url} failed mid-stream: {reason}") from exc
                 last = f"{replica.url}: {reason}"
                 replica.retried_away += 1
+            finally:
+                replica.active -= 1
+                if response is not None:
+                    response.release(drain=1.0 if ended else 0.0)
 
-    async def _stream(
-        self,
-        client: httpx.AsyncClient,
-        replica: Replica,
-        path: str,
-        body: dict[str, object],
-        max_tokens: int | None,
-    ) -> AsyncGenerator[Step, None]:
-        replica.active += 1
-        replica.requests += 1
-        started = time.perf_counter()
-        first = True
-        prompt_told = False
-        ended = False  # the upstream said the reply is over (a finish reason or [DONE])
-        stranded = self.stranded  # as the upstream's text ends a reply cut inside a character, so far
+    async def _open(self, replica: Replica, path: str, payload: bytes) -> Response:
+        """POST to ``replica``; its answer once it is known to be an event stream. Anything else is an error
+        (and the replica is marked down when it is the replica's fault)."""
+        response = await self._connections[replica.url].post(path, payload)
+        if response.status == 200 and response.content_type.startswith("text/event-stream"):
+            replica.healthy = True  # it answers: whatever a health check said, it is up
+            return response
         try:
-            async with client.stream(
-                "POST", replica.url + path, json=body, headers=self._headers
-            ) as response:
-                if response.status_code != 200:
-                    raw = await response.aread()
-                    error = error_from_body(response.status_code, raw, reason=response.reason_phrase)
-                    if response.status_code >= 500:
-                        replica.down(error.message)
-                    if response.status_code >= 500 or response.status_code == 429:
-                        raise _Retry(error.message)
-                    raise error
-                replica.healthy = True  # it answers: whatever a health check said, it is up
-                reader = reader_for(self.protocol, max_tokens=max_tokens)
-                parser = SSEParser()
-                chunks = response.aiter_bytes()
-                try:
-                    async for data in chunks:
-                        for event in parser.feed(data):
-                            chunk = reader.feed(event.data)
-                            if chunk.finish_reason is not None or chunk.done:
-                                ended = True
-                            if chunk.prompt_tokens is not None and not prompt_told:
-                                prompt_told = True  # the replica's own count (its chat template, its BOS)
-                                yield PromptTokens(chunk.prompt_tokens)
-                            if chunk.token_ids or chunk.text or chunk.tokens:
-                                if first:
-                                    replica.ttft.append(time.perf_counter() - started)
-                                    first = False
-                                if reader.text_protocol:
-                                    replica.tokens += chunk.tokens
-                                    yield TextStep(chunk.text, chunk.tokens)
-                                else:
-                                    replica.tokens += len(chunk.token_ids)
-                                    if chunk.stranded is not None and chunk.stranded != stranded:
-                                        stranded = chunk.stranded  # before the ids it was read from
-                                        yield Stranded(stranded)
-                                    yield chunk.token_ids
-                            if chunk.finish_reason == "length":
-                                # The replica cut the reply (its context is full, or its own limit): a
-                                # "length" finish even when our max_tokens is not reached.
-                                yield EngineFinished("length")
-                            if chunk.done:
-                                return
-                except (GeneratorExit, asyncio.CancelledError):
-                    if not ended:
-                        # The client left, or our stop string ended the reply: leaving this block closes the
-                        # request, and the replica stops generating it.
-                        replica.cancelled += 1
-                    else:  # finished: read the usage and [DONE] so the connection can be reused
-                        with contextlib.suppress(Exception):
-                            await asyncio.wait_for(_drain(chunks), 1.0)
-                    raise
-                if not ended:
-                    raise EngineError(f"upstream {replica.url} ended the stream before the reply finished")
+            raw = await response.read()
         finally:
-            replica.active -= 1
+            response.release()
+        if response.status != 200:
+            error = error_from_body(response.status, raw, reason=response.reason)
+            if response.status >= 500:
+                replica.down(error.message)
+            if response.status >= 500 or response.status == 429:
+                raise _Retry(error.message)
+            raise error
+        kind = response.content_type or "no content type"
+        raise ProtocolError(f"upstream answered {kind}, not an event stream: {raw[:200]!r}")
 
     # -- replicas ---------------------------------------------------------------------------------------
 
@@ -369,8 +403,5 @@ class UpstreamEngine:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-
-
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    async for _ in chunks:
-        pass
+        for connections in self._connections.values():
+            connections.close()

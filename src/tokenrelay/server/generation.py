@@ -233,7 +233,9 @@ class Run:
                             yield frame
                         yield DONE
         except Exception as exc:  # after the headers: report it in-stream, then end the stream cleanly
-            yield error_event(self._fail(exc))
+            # [DONE] after the error, as vLLM's server and our shutdown send it: a client that reads to the
+            # end marker ends here too, and the error frame stays the last data it acts on.
+            yield error_event(self._fail(exc)) + DONE
 
     async def body(self) -> tuple[int, bytes]:
         gen = self.gen

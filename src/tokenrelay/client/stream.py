@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anyio
 import httpx
 
-from ._errors import ProtocolError, StreamTruncated, TokenRelayError
-from ._openai_reader import ChatStreamDecoder, error_from_body
-from ._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
-from ._stream import Usage
+from tokenrelay._errors import ProtocolError, StreamTruncated, TokenRelayError
+from tokenrelay._openai_reader import ChatStreamDecoder, error_from_body
+from tokenrelay._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
+from tokenrelay._stream import Usage
 
 __all__ = [
     "DEFAULT_TIMEOUT", "ChatDelta", "ChatResult", "ChunkArrival", "ClientTimings", "StreamLog",
@@ -320,7 +320,7 @@ def stream_chat(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
     **params: object,
-) -> Iterator[ChatDelta | ChatResult]:
+) -> Generator[ChatDelta | ChatResult, None, None]:
     """Stream an OpenAI-compatible chat completion: :class:`ChatDelta` items, then one :class:`ChatResult`.
 
     ``base_url`` is the API root as the OpenAI SDK takes it (``http://host:port/v1``); ``params`` go into the
@@ -360,7 +360,7 @@ async def astream_chat(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
     **params: object,
-) -> AsyncIterator[ChatDelta | ChatResult]:
+) -> AsyncGenerator[ChatDelta | ChatResult, None]:
     """:func:`stream_chat` for ``httpx.AsyncClient``."""
     url, all_headers, body = _chat_request(base_url, messages, model, include_usage, api_key, headers, params)
     http = client if client is not None else httpx.AsyncClient(timeout=timeout)
