@@ -97,3 +97,67 @@ def test_tokenrelay_and_vllms_hermes_parser_agree_on_the_same_ids(hf_tokenizer: 
             assert c.function.arguments == mine
         assert mine in reply  # tokenrelay's is the model's own text
     assert (theirs.content or "") == content
+
+
+# -- in-process vLLM: the calls constrained, and vLLM's parser reading the very ids it generated ----------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 24}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def in_process() -> Any:
+    import asyncio
+    import os
+
+    from _uvicorn import serve
+    from tokenrelay.engines.vllm import VLLMEngine
+    from tokenrelay.server import ServerConfig, create_app
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    engine = VLLMEngine.load(
+        "smollm2", on_progress=print, enforce_eager=True, max_model_len=1024, dtype="bfloat16"
+    )  # type: ignore[arg-type]
+    with serve(create_app(engine, ServerConfig())) as url:
+        yield url
+    asyncio.run(engine.aclose())
+
+
+def test_in_process_vllm_is_constrained_to_a_call_and_its_parser_agrees_on_the_ids(
+    in_process: str, hf_tokenizer: Any
+) -> None:
+    import httpx
+    import jsonschema
+
+    body = {
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "temperature": 0,
+        "max_tokens": 64,
+        "return_token_ids": True,
+    }
+    reply = httpx.post(in_process + "/v1/chat/completions", json=body, timeout=300).json()
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    [call] = choice["message"]["tool_calls"]
+    jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER["function"]["parameters"])
+    ids = choice["token_ids"]
+    request = ChatCompletionRequest(model="smol", messages=body["messages"], tools=[WEATHER])
+    theirs = Hermes2ProToolParser(hf_tokenizer).extract_tool_calls(
+        hf_tokenizer.decode(ids, skip_special_tokens=True), request
+    )
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in theirs.tool_calls] == [
+        (call["function"]["name"], json.loads(call["function"]["arguments"]))
+    ]
