@@ -101,7 +101,7 @@ def test_tokenrelay_and_vllms_hermes_parser_agree_on_the_same_ids(hf_tokenizer: 
 
 # -- in-process vLLM: the calls constrained, and vLLM's parser reading the very ids it generated ----------------
 
-WEATHER = {
+WEATHER: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -127,7 +127,7 @@ def in_process() -> Any:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     engine = VLLMEngine.load(
         "smollm2", on_progress=print, enforce_eager=True, max_model_len=1024, dtype="bfloat16"
-    )  # type: ignore[arg-type]
+    )
     with serve(create_app(engine, ServerConfig())) as url:
         yield url
     asyncio.run(engine.aclose())
