@@ -1,16 +1,38 @@
-"""The embedded engine under concurrent chats: tokenrelay serve vs llama.cpp's own llama-server, one run.
+"""The embedded engine against llama.cpp's own llama-server, caches on and off, side by side in one run.
 
-Both serve the same SmolLM2-135M-Instruct GGUF with 8 parallel sequences, one at a time (so they never share
-the CPU). For 1, 2, 4 and 8 concurrent streaming chat requests (different prompts, temperature 0, up to 128
-tokens each) it reports aggregate decode tokens/s (completion tokens of all streams / wall time from the first
-request to the last [DONE]) and TTFT p50/p95 (request sent → first content delta), and prints tokenrelay's
-ratios to llama-server. It also times llama-cpp-python's own single-stream loop (``Llama.generate``) on the
-same prompt as the 1-stream reference.
+Four servers on the same SmolLM2-135M-Instruct GGUF, 8 parallel sequences, the same threads, run one at a time
+(never sharing the CPU), in turn within every round:
+
+- ``tokenrelay``: ``tokenrelay serve`` (prefix cache on, its default);
+- ``tokenrelay-nocache``: ``tokenrelay serve --no-prefix-cache``;
+- ``llama-server``: its defaults (``cache_prompt`` on, the RAM prompt cache on);
+- ``llama-server-nocache``: ``--cache-ram 0`` and ``"cache_prompt": false`` in every request.
+
+Workloads, each with prompts made fresh for every round (a number before the question), so no round finds the
+previous one's prompts in a cache:
+
+- ``distinct``: 1 and 8 concurrent streaming chats with different questions (the chat template's own system
+  prompt is all they share), temperature 0, up to ``--tokens`` each;
+- ``shared``: the same with one long system prompt before each question (an app's instructions);
+- ``multi-turn``: one conversation of ``--turns`` turns, each re-sending the whole history with the replies
+  received so far, as the chat page and every SDK do: TTFT per turn.
+
+Reported per server and workload: aggregate decode tokens/s (completion tokens of all streams / wall time from
+the first request to the last [DONE]), TTFT p50/p95 (request sent → first content delta), and the prompt
+tokens each read: llama-server's ``timings.prompt_n``/``cache_n`` (tokens computed / found in its cache) beside
+tokenrelay's ``/metrics`` counters (``tokenrelay_engine_prompt_tokens_read``/``_reused``), so a reader sees
+both did the same work. Medians over the rounds, with the spread (min–max), and tokenrelay's ratios to
+llama-server with caches on for both and off for both. llama-cpp-python's own single-stream loop
+(``Llama.create_chat_completion``) is timed on the same prompt as the 1-stream reference.
+
+``--workloads stall`` adds the prefill stall: one stream is running when a long prompt arrives; the running stream's
+longest gap and the time until the long prompt's one-token reply.
 
 llama-server is built once from the llama.cpp sources inside the llama-cpp-python sdist, portable flags, by
-``make llama-server`` (about 7 minutes on 2 cores); pass ``--llama-server PATH`` to use another binary.
+``make llama-server``; ``--llama-server PATH`` picks another binary. ``--lock PATH`` holds that lock file
+(``flock``) for each round only, so a long run leaves gaps for other measurements.
 
-    python benchmarks/engine_concurrency.py [--streams 1,2,4,8] [--tokens 128] [--rounds 2]
+    python benchmarks/engine_concurrency.py [--rounds 3] [--streams 1,8] [--tokens 96] [--turns 10]
 
 Not a test: numbers vary with the machine; compare within one run.
 """
@@ -19,6 +41,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -29,14 +53,15 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from tokenrelay._sse import SSEParser
 from tokenrelay.engines.llamacpp import resolve_model_path
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "tokenrelay" / "llama-server" / "llama-server"
 TOPICS = [
     "the history of tea",
@@ -48,10 +73,37 @@ TOPICS = [
     "volcanoes and plate tectonics",
     "how vaccines train the immune system",
 ]
+SYSTEM = (
+    "You are the writing assistant of a science magazine for curious readers of all ages. Answer every "
+    "question with a clear, friendly and accurate essay: start with a short overview, then explain the main "
+    "ideas one by one with concrete examples from everyday life, define every technical word the first time "
+    "it appears, avoid jargon, never invent facts or sources, and end with a short summary of what matters."
+)
+FOLLOW_UPS = [
+    "Tell me more.",
+    "Can you give an example?",
+    "Why is that?",
+    "What happened next?",
+    "Summarise that in one sentence.",
+    "What else should I know?",
+    "Is that always true?",
+    "How would you explain it to a child?",
+    "What is a common mistake here?",
+    "Thanks. One more detail, please.",
+]
+Messages = list[dict[str, str]]
 
 
-def prompts(n: int) -> list[str]:
-    return [f"Write a long, detailed essay about {TOPICS[i % len(TOPICS)]}." for i in range(n)]
+def chats(kind: str, n: int, tag: str) -> list[Messages]:
+    """``n`` first messages, fresh for ``tag`` (a round and level): a number before each question."""
+    out = []
+    for i in range(n):
+        question = {
+            "role": "user",
+            "content": f"({tag}.{i}) Write a long essay about {TOPICS[i % len(TOPICS)]}.",
+        }
+        out.append([{"role": "system", "content": SYSTEM}, question] if kind == "shared" else [question])
+    return out
 
 
 def free_port() -> int:
@@ -60,47 +112,71 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass
+class Server:
+    name: str
+    argv: list[str]
+    url: str
+    body: dict[str, Any] = field(default_factory=dict)  # added to every request
+    tokenrelay: bool = True
+
+
 @contextmanager
-def running(argv: list[str], port: int, ready_path: str) -> Iterator[str]:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
+def running(server: Server) -> Iterator[None]:
+    proc = subprocess.Popen(server.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 180
         while True:
             if proc.poll() is not None:
-                raise SystemExit(
-                    f"{argv[0]} exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}"
-                )
-            try:
-                if httpx.get(url + ready_path, timeout=1).status_code == 200:
+                err = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+                raise SystemExit(f"{server.argv[0]} exited: {err}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(server.url + "/health", timeout=1).status_code == 200:
                     break
-            except httpx.HTTPError:
-                pass
             if time.monotonic() > deadline:
-                raise SystemExit(f"{argv[0]} did not start")
+                raise SystemExit(f"{server.name} did not start")
             time.sleep(0.25)
-        yield url
+        yield
     finally:
         proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
-async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, tokens: int) -> tuple[float, int]:
+@dataclass
+class Reply:
+    ttft: float
+    completion: int
+    text: str
+    prompt_n: int = 0  # llama-server: prompt tokens computed
+    cache_n: int = 0  # llama-server: prompt tokens found in its cache
+
+
+def client(**kwargs: Any) -> httpx.AsyncClient:
+    # A new connection for every request: both servers close idle keep-alive connections on their own
+    # schedule, and a request sent on one being closed fails ("Server disconnected").
+    return httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_keepalive_connections=0), **kwargs)
+
+
+async def one_stream(client: httpx.AsyncClient, server: Server, messages: Messages, tokens: int) -> Reply:
     body = {
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": messages,
         "max_tokens": tokens,
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **server.body,
     }
     sent = time.perf_counter()
-    ttft = float("nan")
-    completion = 0
+    reply = Reply(float("nan"), 0, "")
+    parts: list[str] = []
     parser = SSEParser()
-    async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+    async with client.stream("POST", server.url + "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
         async for chunk in response.aiter_bytes():
             for event in parser.feed(chunk):
@@ -108,67 +184,127 @@ async def one_stream(client: httpx.AsyncClient, url: str, prompt: str, tokens: i
                     continue
                 data = json.loads(event.data)
                 if data.get("usage"):
-                    completion = int(data["usage"]["completion_tokens"])
+                    reply.completion = int(data["usage"]["completion_tokens"])
+                timings = data.get("timings")
+                if timings:
+                    reply.prompt_n, reply.cache_n = int(timings["prompt_n"]), int(timings.get("cache_n", 0))
                 for choice in data.get("choices", []):
-                    if choice.get("delta", {}).get("content") and ttft != ttft:
-                        ttft = time.perf_counter() - sent
-    return ttft, completion
+                    content = choice.get("delta", {}).get("content")
+                    if content:
+                        if not parts:
+                            reply.ttft = time.perf_counter() - sent
+                        parts.append(content)
+    reply.text = "".join(parts)
+    return reply
 
 
-async def load(url: str, n: int, tokens: int) -> dict[str, float]:
-    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=64)) as client:
-        await one_stream(client, url, "Hi", 4)  # warm: model pages in, first-request costs paid
+async def prompt_counters(client: httpx.AsyncClient, server: Server) -> tuple[int, int]:
+    """tokenrelay's prompt tokens read and reused so far (``/metrics``)."""
+    if not server.tokenrelay:
+        return 0, 0
+    values = {}
+    for line in (await client.get(server.url + "/metrics")).text.splitlines():
+        for name in ("read", "reused"):
+            if line.startswith(f"tokenrelay_engine_prompt_tokens_{name}_total"):
+                values[name] = int(float(line.rsplit(" ", 1)[1]))
+    # A tokenrelay before issue 23 has no such counters: -1, unknown.
+    return values.get("read", -1), values.get("reused", -1)
+
+
+@dataclass
+class Load:
+    tok_s: float
+    ttft_p50: float
+    ttft_p95: float
+    read: int
+    cached: int
+
+
+async def load(server: Server, first_messages: list[Messages], tokens: int) -> Load:
+    async with client() as http:
+        read0, reused0 = await prompt_counters(http, server)
         started = time.perf_counter()
-        results = await asyncio.gather(*(one_stream(client, url, p, tokens) for p in prompts(n)))
+        replies = await asyncio.gather(*(one_stream(http, server, m, tokens) for m in first_messages))
         wall = time.perf_counter() - started
-    ttfts = sorted(r[0] for r in results)
-    total = sum(r[1] for r in results)
-    return {
-        "tok_s": total / wall,
-        "ttft_p50": statistics.median(ttfts),
-        "ttft_p95": ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))],
-        "tokens": total,
-    }
+        read1, reused1 = await prompt_counters(http, server)
+    ttfts = sorted(r.ttft for r in replies)
+    if server.tokenrelay:
+        read, cached = read1 - read0, reused1 - reused0
+    else:
+        read, cached = sum(r.prompt_n for r in replies), sum(r.cache_n for r in replies)
+    return Load(
+        sum(r.completion for r in replies) / wall,
+        statistics.median(ttfts),
+        ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))],
+        read,
+        cached,
+    )
 
 
-async def stall(url: str, long_words: int) -> dict[str, float]:
+async def multi_turn(server: Server, turns: int, tokens: int, tag: str) -> list[tuple[float, int, int]]:
+    """TTFT, prompt tokens read and found cached, per turn of one conversation that re-sends its history."""
+    messages: Messages = [{"role": "user", "content": f"({tag}) Tell me about {TOPICS[0]}."}]
+    out = []
+    async with client() as http:
+        for turn in range(turns):
+            read0, reused0 = await prompt_counters(http, server)
+            reply = await one_stream(http, server, messages, tokens)
+            read1, reused1 = await prompt_counters(http, server)
+            if server.tokenrelay:
+                out.append((reply.ttft, read1 - read0, reused1 - reused0))
+            else:
+                out.append((reply.ttft, reply.prompt_n, reply.cache_n))
+            messages = [
+                *messages,
+                {"role": "assistant", "content": reply.text},
+                {"role": "user", "content": FOLLOW_UPS[turn % len(FOLLOW_UPS)]},
+            ]
+    return out
+
+
+async def warm(server: Server) -> None:
+    async with client() as http:
+        await one_stream(http, server, [{"role": "user", "content": "Hi"}], 4)
+
+
+async def stall(server: Server, long_words: int) -> dict[str, float]:
     """A stream is running when a long prompt arrives: how long does the running stream's longest gap get?"""
     arrivals: list[float] = []
     started = asyncio.Event()
 
-    async def running(client: httpx.AsyncClient) -> None:
+    async def runner(http: httpx.AsyncClient) -> None:
         body = {
-            "messages": [{"role": "user", "content": prompts(1)[0]}],
+            "messages": chats("distinct", 1, "stall")[0],
             "max_tokens": 160,
             "temperature": 0,
             "stream": True,
         }
         parser = SSEParser()
-        async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
-            async for chunk in response.aiter_bytes():
+        async with http.stream(
+            "POST", server.url + "/v1/chat/completions", json={**body, **server.body}
+        ) as r:
+            async for chunk in r.aiter_bytes():
                 for event in parser.feed(chunk):
                     if event.data != "[DONE]" and '"content"' in event.data:
                         arrivals.append(time.perf_counter())
                         if len(arrivals) == 30:
                             started.set()
 
-    async with httpx.AsyncClient(timeout=300) as client:
-        task = asyncio.create_task(running(client))
+    async with client() as http:
+        task = asyncio.create_task(runner(http))
         await started.wait()
         sent = time.perf_counter()
         long_prompt = {"messages": [{"role": "user", "content": "word " * long_words}], "max_tokens": 1}
-        response = await client.post(url + "/v1/chat/completions", json=long_prompt)
+        response = await http.post(server.url + "/v1/chat/completions", json={**long_prompt, **server.body})
         response.raise_for_status()
         answered = time.perf_counter() - sent
-        prompt_tokens = response.json()["usage"]["prompt_tokens"]
         await task
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    before = gaps[:28]
     return {
-        "median_gap": statistics.median(before),
+        "median_gap": statistics.median(gaps[:28]),
         "max_gap": max(gaps[28:]),
         "long_prompt_s": answered,
-        "prompt_tokens": prompt_tokens,
+        "prompt_tokens": response.json()["usage"]["prompt_tokens"],
     }
 
 
@@ -178,141 +314,195 @@ def llama_cpp_python_alone(model: Path, tokens: int, threads: int) -> float:
     llama = Llama(
         model_path=str(model), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False
     )
-    text = llama.metadata.get("tokenizer.chat_template", "")
-    del text
-    messages = [{"role": "user", "content": prompts(1)[0]}]
     rates = []
-    for _ in range(2):
+    for attempt in range(2):
+        messages = chats("distinct", 1, f"alone{attempt}")[0]
         started = time.perf_counter()
         out = llama.create_chat_completion(messages=messages, max_tokens=tokens, temperature=0.0)  # type: ignore[arg-type]
-        first_to_last = time.perf_counter() - started
-        rates.append(out["usage"]["completion_tokens"] / first_to_last)  # type: ignore[index]
+        rates.append(out["usage"]["completion_tokens"] / (time.perf_counter() - started))  # type: ignore[index]
     llama.close()
     return max(rates)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", default="1,2,4,8")
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=2, help="alternate the two servers this many times")
-    ap.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--stall-chunks", default="64,128,256,512", help="prefill chunk sizes for the stall test")
-    ap.add_argument(
-        "--stall-words", type=int, default=1200, help="words in the long prompt of the stall test"
-    )
-    args = ap.parse_args()
-    levels = [int(x) for x in args.streams.split(",")]
-    model = resolve_model_path("smollm2")
-    parallel = max(levels)
+@contextmanager
+def holding(lock: Path | None) -> Iterator[None]:
+    if lock is None:
+        yield
+        return
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
-    tr_port, ls_port = free_port(), free_port()
-    servers = {
-        "tokenrelay": (
-            [
-                sys.executable,
-                "-m",
-                "tokenrelay",
-                "serve",
-                "--port",
-                str(tr_port),
-                "--parallel",
-                str(parallel),
-                "--threads",
-                str(args.threads),
-                "--log-level",
-                "warning",
-            ],
-            tr_port,
-            "/health",
-        ),
-    }
+
+def servers(args: argparse.Namespace, model: Path) -> list[Server]:
+    tr = [
+        sys.executable,
+        "-m",
+        "tokenrelay",
+        "serve",
+        "--parallel",
+        str(args.parallel),
+        "--threads",
+        str(args.threads),
+    ]
+    tr += ["--log-level", "warning"]
+    out = []
+    for name, extra in (("tokenrelay", []), ("tokenrelay-nocache", ["--no-prefix-cache"])):
+        port = free_port()
+        out.append(Server(name, [*tr, "--port", str(port), *extra], f"http://127.0.0.1:{port}"))
     if args.llama_server.is_file():
-        servers["llama-server"] = (
-            [
-                str(args.llama_server),
-                "-m",
-                str(model),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(ls_port),
+        for name, extra, body in (
+            ("llama-server", [], {}),
+            ("llama-server-nocache", ["--cache-ram", "0"], {"cache_prompt": False}),
+        ):
+            port = free_port()
+            argv = [str(args.llama_server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
+            argv += [
                 "--parallel",
-                str(parallel),
+                str(args.parallel),
                 "-c",
-                str(2048 * parallel),
+                str(2048 * args.parallel),
                 "-t",
                 str(args.threads),
-                "-tb",
-                str(args.threads),
-                "--no-webui",
-            ],
-            ls_port,
-            "/health",
-        )
+            ]
+            argv += ["-tb", str(args.threads), "--no-webui", *extra]
+            out.append(Server(name, argv, f"http://127.0.0.1:{port}", body, tokenrelay=False))
     else:
         print(f"(no llama-server at {args.llama_server}: run `make llama-server`; tokenrelay alone below)")
+    return out
 
-    results: dict[str, dict[int, list[dict[str, float]]]] = {
-        name: {n: [] for n in levels} for name in servers
-    }
-    for _ in range(args.rounds):
-        for name, (argv, port, ready) in servers.items():
-            with running(argv, port, ready) as url:
-                for n in levels:
-                    results[name][n].append(asyncio.run(load(url, n, args.tokens)))
-    alone = llama_cpp_python_alone(model, args.tokens, args.threads)
 
-    def best(name: str, n: int) -> dict[str, float]:
-        runs = results[name][n]
-        return {
-            "tok_s": max(r["tok_s"] for r in runs),
-            "ttft_p50": min(r["ttft_p50"] for r in runs),
-            "ttft_p95": min(r["ttft_p95"] for r in runs),
-        }
+def spread(values: list[float], scale: float = 1.0, fmt: str = ".0f") -> str:
+    """The median, and min–max when there are several."""
+    med = statistics.median(values) * scale
+    if len(values) < 2:
+        return f"{med:{fmt}}"
+    return f"{med:{fmt}} ({min(values) * scale:{fmt}}–{max(values) * scale:{fmt}})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", default="1,8")
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--turn-tokens", type=int, default=64, help="max_tokens of each multi-turn reply")
+    ap.add_argument("--rounds", type=int, default=3, help="every server runs every workload once a round")
+    ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--only", default="", help="comma-separated server names (default: all four)")
+    ap.add_argument(
+        "--workloads", default="load,turns", help="any of load (1 and 8 streams), turns (multi-turn), stall"
+    )
+    ap.add_argument("--stall-words", type=int, default=1200)
+    ap.add_argument("--lock", type=Path, default=None, help="flock this file during each round")
+    ap.add_argument("--json", type=Path, default=None, help="write every measurement here")
+    args = ap.parse_args()
+    workloads = set(args.workloads.split(","))
+    levels = [int(x) for x in args.streams.split(",")]
+    model = resolve_model_path("smollm2")
+    fleet = [s for s in servers(args, model) if not args.only or s.name in args.only.split(",")]
+    kinds = ("distinct", "shared")
+    loads: dict[tuple[str, str, int], list[Load]] = {}
+    turns: dict[str, list[list[tuple[float, int, int]]]] = {s.name: [] for s in fleet}
+    stalls: dict[str, list[dict[str, float]]] = {s.name: [] for s in fleet}
+    alone: list[float] = []
+    for rnd in range(args.rounds):
+        with holding(args.lock):
+            # The servers' order turns every round, so none always runs first or last.
+            for server in fleet[rnd % len(fleet) :] + fleet[: rnd % len(fleet)]:
+                with running(server):
+                    asyncio.run(warm(server))
+                    for kind, n in itertools.product(kinds, levels) if "load" in workloads else ():
+                        result = asyncio.run(load(server, chats(kind, n, f"{rnd}.{n}"), args.tokens))
+                        loads.setdefault((server.name, kind, n), []).append(result)
+                    if "turns" in workloads:
+                        turns[server.name].append(
+                            asyncio.run(multi_turn(server, args.turns, args.turn_tokens, f"turns {rnd}"))
+                        )
+                    if "stall" in workloads:
+                        stalls[server.name].append(asyncio.run(stall(server, args.stall_words)))
+            if 1 in levels and "load" in workloads:
+                alone.append(llama_cpp_python_alone(model, args.tokens, args.threads))
+        print(f"round {rnd + 1}/{args.rounds} done", flush=True)
 
     print(
-        f"\nSmolLM2-135M-Instruct Q4_1, {args.threads} threads, {args.tokens} tokens/stream, best of {args.rounds}"
+        f"\nSmolLM2-135M-Instruct Q4_1, {args.threads} threads, --parallel {args.parallel}, {args.tokens} tokens a "
+        f"stream, medians of {args.rounds} rounds (min–max)"
     )
-    print(f"llama-cpp-python alone (Llama.create_chat_completion, 1 stream): {alone:.1f} tok/s\n")
-    head = f"{'streams':>7} | {'server':<12} | {'tok/s':>7} | {'TTFT p50':>9} | {'TTFT p95':>9} | ratio tok/s | ratio TTFT p50"
+    head = f"{'workload':<9} | {'streams':>7} | {'server':<20} | {'tok/s':>17} | {'TTFT p50 ms':>19} | {'TTFT p95 ms':>11} | prompt read / cached"
     print(head)
     print("-" * len(head))
-    for n in levels:
-        tr = best("tokenrelay", n)
-        for name in servers:
-            b = best(name, n)
-            ratio = ratio_ttft = ""
-            if name == "tokenrelay" and "llama-server" in servers:
-                ls = best("llama-server", n)
-                ratio = f"{tr['tok_s'] / ls['tok_s']:.2f}×"
-                ratio_ttft = f"{tr['ttft_p50'] / ls['ttft_p50']:.2f}×"
+    for kind, n in itertools.product(kinds, levels) if "load" in workloads else ():
+        for server in fleet:
+            runs = loads[server.name, kind, n]
             print(
-                f"{n:>7} | {name:<12} | {b['tok_s']:>7.1f} | {b['ttft_p50'] * 1e3:>7.0f}ms | "
-                f"{b['ttft_p95'] * 1e3:>7.0f}ms | {ratio:>11} | {ratio_ttft:>14}"
+                f"{kind:<9} | {n:>7} | {server.name:<20} | {spread([r.tok_s for r in runs], fmt='.1f'):>17} | "
+                f"{spread([r.ttft_p50 for r in runs], 1e3):>19} | {spread([r.ttft_p95 for r in runs], 1e3):>11} | "
+                f"{statistics.median(r.read for r in runs):.0f} / {statistics.median(r.cached for r in runs):.0f}"
             )
-    if 1 in levels:
+    names = {s.name for s in fleet}
+    print("\nRatios tokenrelay / llama-server (medians; ≥ 1.0× tok/s and ≤ 1.0× TTFT are the targets):")
+    for suffix, label in (("", "caches on"), ("-nocache", "caches off")):
+        tr, ls = "tokenrelay" + suffix, "llama-server" + suffix
+        if tr not in names or ls not in names or "load" not in workloads:
+            continue
+        for kind, n in itertools.product(kinds, levels):
+            a, b = loads[tr, kind, n], loads[ls, kind, n]
+            rate = statistics.median(r.tok_s for r in a) / statistics.median(r.tok_s for r in b)
+            ttft = statistics.median(r.ttft_p50 for r in a) / statistics.median(r.ttft_p50 for r in b)
+            print(f"  {label:<10} {kind:<9} {n} streams: tok/s {rate:.2f}×, TTFT p50 {ttft:.2f}×")
+    if alone:
         print(
-            f"\n1 stream: tokenrelay / llama-cpp-python alone = {best('tokenrelay', 1)['tok_s'] / alone:.2f}×"
+            f"\nllama-cpp-python alone (Llama.create_chat_completion, 1 stream): {spread(alone, fmt='.1f')} tok/s"
         )
-
-    print("\nPrefill stall: a stream is running when a long prompt arrives (tokenrelay --prefill-chunk N)")
-    print(
-        f"{'chunk':>6} | {'prompt':>6} | {'gap p50 before':>14} | {'longest gap during':>18} | long prompt answered"
-    )
-    for chunk in [int(x) for x in args.stall_chunks.split(",") if x]:
-        port = free_port()
-        argv = [
-            sys.executable, "-m", "tokenrelay", "serve", "--port", str(port), "--parallel", str(parallel),
-            "--threads", str(args.threads), "--prefill-chunk", str(chunk), "--log-level", "warning",
-        ]  # fmt: skip
-        with running(argv, port, "/health") as url:
-            runs = [asyncio.run(stall(url, args.stall_words)) for _ in range(args.rounds)]
-        r = min(runs, key=lambda x: x["max_gap"])
+        for name in ("tokenrelay", "tokenrelay-nocache"):
+            if (name, "distinct", 1) in loads:
+                rate = statistics.median(r.tok_s for r in loads[name, "distinct", 1])
+                print(f"  {name} 1 stream / llama-cpp-python alone = {rate / statistics.median(alone):.2f}×")
+    if "turns" in workloads:
         print(
-            f"{chunk:>6} | {r['prompt_tokens']:>6.0f} | {r['median_gap'] * 1e3:>12.1f}ms | "
-            f"{r['max_gap'] * 1e3:>16.1f}ms | {r['long_prompt_s'] * 1e3:.0f} ms"
+            f"\nMulti-turn: one conversation of {args.turns} turns re-sending its history, TTFT per turn (ms, medians)"
+        )
+        for server in fleet:
+            per_turn = [statistics.median(r[t][0] for r in turns[server.name]) for t in range(args.turns)]
+            read = [statistics.median(r[t][1] for r in turns[server.name]) for t in range(args.turns)]
+            cached = [statistics.median(r[t][2] for r in turns[server.name]) for t in range(args.turns)]
+            print(f"  {server.name:<20} " + ", ".join(f"{t * 1e3:.0f}" for t in per_turn))
+            print(
+                f"  {'':<20} read/cached "
+                + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in zip(read, cached, strict=True))
+            )
+            print(f"  {'':<20} turn {args.turns} / turn 1 = {per_turn[-1] / per_turn[0]:.2f}×")
+        for suffix in ("", "-nocache"):
+            tr, ls = "tokenrelay" + suffix, "llama-server" + suffix
+            if tr in names and ls in names:
+                last_tr = statistics.median(r[-1][0] for r in turns[tr])
+                last_ls = statistics.median(r[-1][0] for r in turns[ls])
+                print(f"  turn {args.turns}: {tr} / {ls} = {last_tr / last_ls:.2f}×")
+    if "stall" in workloads:
+        print(f"\nPrefill stall: a stream is running when a {args.stall_words}-word prompt arrives (medians)")
+        for server in fleet:
+            gaps = stalls[server.name]
+            print(
+                f"  {server.name:<20} gap before {spread([g['median_gap'] for g in gaps], 1e3, '.1f')} ms, longest "
+                f"gap while it is read {spread([g['max_gap'] for g in gaps], 1e3)} ms, long prompt "
+                f"({gaps[0]['prompt_tokens']:.0f} tokens) answered in {spread([g['long_prompt_s'] for g in gaps], 1e3)} ms"
+            )
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "loads": {f"{k[0]}|{k[1]}|{k[2]}": [vars(r) for r in v] for k, v in loads.items()},
+                    "turns": turns,
+                    "stalls": stalls,
+                    "alone": alone,
+                },
+                indent=1,
+            )
         )
 
 

@@ -144,7 +144,59 @@ async def multi_turn(engine: LlamaCppEngine, turns: int, tokens: int) -> list[tu
     return out
 
 
-def load(count: bool, threads: int, parallel: int) -> tuple[LlamaCppEngine, NativeModel]:
+async def exactness(engine: LlamaCppEngine, n: int, tokens: int) -> list[tuple[int, int | None]]:
+    """``n`` long replies alone, then batched: each reply's length and where batched first differs (None)."""
+    params = SamplingParams(max_tokens=tokens, temperature=0.0)
+    prompts = [chat(f"Write a very long, detailed essay: {q}") for q in QUESTIONS[:n]]
+
+    async def reply(prompt: list[ChatMessage]) -> list[int]:
+        ids = engine.prompt_ids(prompt)
+        return [i async for step in engine.generate(prompt, params, prompt_ids=ids) for i in step]  # type: ignore[union-attr]
+
+    alone = [await reply(p) for p in prompts]
+    together = await asyncio.gather(*(reply(p) for p in prompts))
+    out = []
+    for a, b in zip(alone, together, strict=True):
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if first is None and len(a) != len(b):
+            first = min(len(a), len(b))
+        out.append((len(a), first))
+    return out
+
+
+async def cache_exactness(
+    cached: LlamaCppEngine, scratch: LlamaCppEngine, conversations: int, turns: int, tokens: int
+) -> tuple[int, int, list[int]]:
+    """``conversations`` chats of ``turns`` turns on both engines, the history re-sent each turn (the cached
+    engine's replies): how many turns were compared, how many replies differed, and the prompt length of each
+    turn that differed."""
+    params = SamplingParams(max_tokens=tokens, temperature=0.0)
+    compared, differing, lengths = 0, 0, []
+    for c in range(conversations):
+        messages: list[ChatMessage] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": QUESTIONS[c % len(QUESTIONS)]},
+        ]
+        for turn in range(turns):
+            ids = cached.prompt_ids(messages)
+            a = [i async for s in cached.generate(messages, params, prompt_ids=ids) for i in s]  # type: ignore[union-attr]
+            b = [i async for s in scratch.generate(messages, params, prompt_ids=ids) for i in s]  # type: ignore[union-attr]
+            compared += 1
+            if a != b:
+                differing += 1
+                lengths.append(len(ids))
+            text = cached.tokenizer.decode([t for t in a if t not in cached.stop_token_ids])
+            messages = [
+                *messages,
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": FOLLOW_UPS[(turn + c) % len(FOLLOW_UPS)]},
+            ]
+    return compared, differing, lengths
+
+
+def load(
+    count: bool, threads: int, parallel: int, unified: bool = False
+) -> tuple[LlamaCppEngine, NativeModel]:
     path = resolve_model_path("smollm2")
     native = NativeModel.load(
         path,
@@ -152,6 +204,7 @@ def load(count: bool, threads: int, parallel: int) -> tuple[LlamaCppEngine, Nati
         n_parallel=parallel,
         n_ctx_seq=2048,
         graph_counter=GraphCounter() if count else None,
+        kv_unified=unified,
     )
     engine = LlamaCppEngine(native, load_tokenizer("smollm2"), model="SmolLM2-135M-Instruct", path=path)
     return engine, native
@@ -163,12 +216,43 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--threads", type=int, default=default_threads())
     ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--unified", action="store_true", help="one KV buffer for all sequences")
+    ap.add_argument("--no-count", action="store_true", help="skip the counted run")
+    ap.add_argument("--exactness", type=int, default=0, help="this many long replies alone vs batched")
+    ap.add_argument("--long-tokens", type=int, default=400)
+    ap.add_argument(
+        "--cache-exactness", type=int, default=0, help="this many conversations, cached vs from scratch"
+    )
     args = ap.parse_args(argv)
     print(
-        f"SmolLM2-135M-Instruct, {args.parallel} sequences, {args.threads} threads, {args.tokens} tokens a reply"
+        f"SmolLM2-135M-Instruct, {args.parallel} sequences{' (unified KV)' if args.unified else ''}, "
+        f"{args.threads} threads, {args.tokens} tokens a reply"
     )
-    for count in (True, False):
-        engine, native = load(count, args.threads, args.parallel)
+    if args.cache_exactness:
+        cached, _ = load(False, args.threads, 1, args.unified)
+        scratch, _ = load(False, args.threads, 1, args.unified)
+        scratch.prefix_cache = False
+        try:
+            compared, differing, lengths = asyncio.run(
+                cache_exactness(cached, scratch, args.cache_exactness, args.turns, 64)
+            )
+            print(f"{differing} of {compared} turns differ cached vs from scratch (prompt tokens: {lengths})")
+        finally:
+            asyncio.run(cached.aclose())
+            asyncio.run(scratch.aclose())
+        return
+    if args.exactness:
+        engine, _ = load(False, args.threads, args.parallel, args.unified)
+        try:
+            for length, first in asyncio.run(exactness(engine, args.exactness, args.long_tokens)):
+                print(
+                    f"reply of {length} tokens: batched {'== alone' if first is None else f'differs at {first}'}"
+                )
+        finally:
+            asyncio.run(engine.aclose())
+        return
+    for count in (False,) if args.no_count else (True, False):
+        engine, native = load(count, args.threads, args.parallel, args.unified)
         try:
             label = "counted" if count else "timed"
             asyncio.run(one(engine, chat("Hi"), 4, 0.0))  # warm

@@ -251,6 +251,20 @@ async def test_concurrent_generations_share_every_step(engine: LlamaCppEngine) -
     assert list(together) == alone
 
 
+async def test_a_reply_past_300_tokens_is_the_same_batched_as_alone(engine: LlamaCppEngine) -> None:
+    """Past 256 cells llama.cpp's attention reads 512 (its cache pages), where a single sequence's step can
+    take another CPU kernel than a batched one (issue 23): the replies must still be equal."""
+    params = SamplingParams(max_tokens=360, temperature=0.0)
+    prompts: list[Prompt] = [
+        "Count from one to one hundred: one, two, three,",
+        [{"role": "user", "content": "Write a long, detailed essay about the history of tea."}],
+    ]
+    alone = [await ids_of(engine, p, params) for p in prompts]
+    assert min(len(a) for a in alone) > 300  # long enough to cross the 256-cell page
+    together = await asyncio.gather(*(ids_of(engine, p, params) for p in [*prompts, "Once upon a time"]))
+    assert list(together[:2]) == alone
+
+
 async def test_requests_beyond_the_sequences_wait_and_then_run(engine: LlamaCppEngine) -> None:
     params = SamplingParams(max_tokens=8, temperature=0.0)
     alone = [await ids_of(engine, p, params) for p in PROMPTS]

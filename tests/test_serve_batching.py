@@ -6,8 +6,10 @@ import asyncio
 import signal
 import time
 
+import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from server_helpers import serve_process
 
@@ -80,6 +82,17 @@ def test_concurrent_chats_stream_together_exactly_and_one_can_leave() -> None:
                 assert [text for text, _, _ in outcome] == alone[:3]
 
         asyncio.run(scenario())
+        # /metrics: every prompt token was either read or found in the prefix cache (the chats share the
+        # template's system prompt, and the questions came twice).
+        samples = {
+            (s.name, s.labels.get("kind")): s.value
+            for family in text_string_to_metric_families(httpx.get(url + "/metrics").text)
+            for s in family.samples
+        }
+        read = samples["tokenrelay_engine_prompt_tokens_read_total", None]
+        reused = samples["tokenrelay_engine_prompt_tokens_reused_total", None]
+        assert reused > 0
+        assert read + reused == samples["tokenrelay_tokens_total", "prompt"]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
         log = server.output()

@@ -146,9 +146,11 @@ class NativeModel:
         n_batch: int = 512,
         use_extra_bufts: bool = True,
         graph_counter: GraphCounter | None = None,
+        kv_unified: bool = False,
     ) -> NativeModel:
         """Load ``path`` with room for ``n_parallel`` sequences of ``n_ctx_seq`` tokens each; a
-        ``graph_counter`` counts the graphs llama.cpp computes (measurements only: it slows every step)."""
+        ``graph_counter`` counts the graphs llama.cpp computes (measurements only: it slows every step);
+        ``kv_unified`` puts every sequence in one KV buffer (measurements only, see below)."""
         import llama_cpp as lc
         from llama_cpp._internals import LlamaModel
         from llama_cpp._logger import set_verbose
@@ -169,7 +171,7 @@ class NativeModel:
         # buffer (llama-server's default for slots) measured ~15 % faster at 8 sequences here, but greedy
         # replies then differed batched vs alone (the tests compare them) and one long reply could fill the
         # cache for everybody.
-        cparams.kv_unified = False
+        cparams.kv_unified = kv_unified
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_threads = n_threads
