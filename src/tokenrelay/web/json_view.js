@@ -13,6 +13,7 @@
 // or `invalid` (the text is not JSON: the tree so far stays, with the reason and the text as it came).
 
 import { JSONSyntaxError, PartialJSON, TruncatedJSONError } from './partial_json.js';
+import { FrameView } from './view.js';
 
 const KIND_CLASS = {
   object: 'json-object',
@@ -108,11 +109,11 @@ export class JSONTree {
 }
 
 /**
- * One JSON reply, drawn into `container` as it streams. Same shape as MarkdownView: append(text) only
- * buffers (through a Smoother when given) and asks for a frame; the frame feeds the parser and applies its
- * events, one DOM write; end() draws the rest, finishes the parser and resolves with how the value ended.
+ * One JSON reply, drawn into `container` as it streams. A FrameView (view.js), as MarkdownView is: each frame
+ * feeds the parser and applies its events, one DOM write; end() draws the rest, finishes the parser and
+ * resolves with how the value ended (`result`).
  */
-export class JSONView {
+export class JSONView extends FrameView {
   /**
    * @param {{
    *   container: Element,
@@ -122,12 +123,9 @@ export class JSONView {
    *   onWrite?: () => void,
    * }} options
    */
-  constructor({ container, requestFrame, now, smoother = null, onWrite = () => {} }) {
+  constructor({ container, ...frames }) {
+    super(frames);
     this._container = container;
-    this._requestFrame = requestFrame ?? ((cb) => globalThis.requestAnimationFrame(cb));
-    this._now = now ?? (() => globalThis.performance.now());
-    this._smoother = smoother;
-    this._onWrite = onWrite;
     this._parser = new PartialJSON();
     const doc = container.ownerDocument;
     this._treeEl = doc.createElement('div');
@@ -135,14 +133,7 @@ export class JSONView {
     container.append(this._treeEl);
     this._tree = new JSONTree(this._treeEl);
     this._text = ''; // all text received, for the fallback of a text that is not JSON
-    this._buffer = '';
-    this._frameRequested = false;
-    this._ended = false;
     this._error = null; // the JSONSyntaxError, once the text broke
-    this._done = null;
-    this._resolveDone = null;
-    /** DOM writes so far (one per frame at most). */
-    this.writes = 0;
     /** @type {{status: 'complete' | 'truncated' | 'invalid', value?: unknown, error?: string} | null} */
     this.result = null;
   }
@@ -153,43 +144,11 @@ export class JSONView {
   }
 
   append(text) {
-    if (this._ended) throw new Error('JSONView.append() after end()');
-    if (text === '') return;
+    super.append(text);
     this._text += text;
-    if (this._smoother) this._smoother.push(text, this._now());
-    else this._buffer += text;
-    this._schedule();
   }
 
-  setSmoother(smoother) {
-    if (this._smoother) this._buffer += this._smoother.finish();
-    this._smoother = this._ended ? null : smoother;
-    if (this._buffer !== '') this._schedule();
-  }
-
-  /** The stream is over. Resolves with `result` once the last frame has drawn. */
-  end() {
-    if (!this._done) {
-      this._ended = true;
-      this._done = new Promise((resolve) => {
-        this._resolveDone = resolve;
-      });
-      this._schedule();
-    }
-    return this._done;
-  }
-
-  _schedule() {
-    if (this._frameRequested) return;
-    this._frameRequested = true;
-    this._requestFrame((now) => this._frame(now));
-  }
-
-  _frame(now) {
-    this._frameRequested = false;
-    let text = this._buffer;
-    this._buffer = '';
-    if (this._smoother) text += this._ended ? this._smoother.finish() : this._smoother.take(now);
+  _draw(text, ended) {
     let wrote = false;
     if (text !== '' && this._error === null) {
       let events;
@@ -203,16 +162,15 @@ export class JSONView {
       this._tree.apply(events);
       wrote = events.length > 0;
     }
-    if (this._ended) {
+    if (ended) {
       this._finish();
       wrote = true;
     }
-    if (wrote) {
-      this.writes += 1;
-      this._onWrite();
-    }
-    if (this._ended) this._resolveDone(this.result);
-    else if (this._smoother && this._smoother.pending > 0) this._schedule();
+    return wrote;
+  }
+
+  _outcome() {
+    return this.result;
   }
 
   _finish() {

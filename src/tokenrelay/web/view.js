@@ -36,26 +36,21 @@ function build(doc, node) {
 }
 
 /**
- * One reply's Markdown, drawn into `container` as it streams.
- *
- * append(text) only buffers and asks for a frame; the frame does all DOM work. With a Smoother, text goes
- * through it and frames keep coming while it holds any. end() flushes everything into a last frame; the
- * returned promise resolves after that frame has drawn.
+ * What every streamed view shares: append(text) only buffers (through a Smoother when given) and asks for
+ * a frame; the frame hands what is due to the subclass's _draw(text, ended), which does all DOM work. With a
+ * Smoother, frames keep coming while it holds any. end() flushes everything into a last frame; the returned
+ * promise resolves after that frame has drawn, with the subclass's _outcome().
  */
-export class MarkdownView {
+export class FrameView {
   /**
    * @param {{
-   *   container: Element,
-   *   renderer: import('./blocks.js').BlockRenderer,
    *   requestFrame?: (callback: (now: number) => void) => unknown,
    *   now?: () => number,
    *   smoother?: import('./smoother.js').Smoother | null,
    *   onWrite?: () => void,
    * }} options onWrite runs right after each DOM write, in the same frame (e.g. to keep the view scrolled)
    */
-  constructor({ container, renderer, requestFrame, now, smoother = null, onWrite = () => {} }) {
-    this._container = container;
-    this._renderer = renderer;
+  constructor({ requestFrame, now, smoother = null, onWrite = () => {} }) {
     this._requestFrame = requestFrame ?? ((cb) => globalThis.requestAnimationFrame(cb));
     this._now = now ?? (() => globalThis.performance.now());
     this._smoother = smoother;
@@ -63,9 +58,6 @@ export class MarkdownView {
     this._buffer = '';
     this._frameRequested = false;
     this._ended = false;
-    this._open = []; // the open tail's description as drawn
-    this._openNodes = []; // and its nodes, the last ones in the container
-    this._group = null; // the <div class="blocks"> new blocks go into
     this._done = null;
     this._resolveDone = null;
     /** DOM writes so far (one per frame at most). */
@@ -74,7 +66,7 @@ export class MarkdownView {
 
   /** Text from the stream; drawn at the next frame (or later, with smoothing). */
   append(text) {
-    if (this._ended) throw new Error('MarkdownView.append() after end()');
+    if (this._ended) throw new Error(`${this.constructor.name}.append() after end()`);
     if (text === '') return;
     if (this._smoother) this._smoother.push(text, this._now());
     else this._buffer += text;
@@ -111,17 +103,58 @@ export class MarkdownView {
     let text = this._buffer;
     this._buffer = '';
     if (this._smoother) text += this._ended ? this._smoother.finish() : this._smoother.take(now);
-    if (text !== '') this._renderer.push(text);
-    const update = this._ended ? this._renderer.finish() : this._renderer.update();
-    if (update.closed.length > 0 || update.open !== null) this._write(update);
+    if (this._draw(text, this._ended)) {
+      this.writes += 1;
+      this._onWrite();
+    }
     if (this._ended) {
-      this._resolveDone();
+      this._resolveDone(this._outcome());
     } else if (this._smoother && this._smoother.pending > 0) {
       this._schedule();
     }
   }
 
-  _write({ closed, open }) {
+  /**
+   * Draw `text` (possibly empty), and everything left when `ended`. Returns whether the DOM was written.
+   * @param {string} text
+   * @param {boolean} ended
+   * @returns {boolean}
+   */
+  _draw(text, ended) {
+    throw new Error(`${this.constructor.name} does not draw (${text.length}, ${ended})`);
+  }
+
+  /** What end()'s promise resolves with. */
+  _outcome() {
+    return undefined;
+  }
+}
+
+/** One reply's Markdown, drawn into `container` as it streams (the frames are FrameView's). */
+export class MarkdownView extends FrameView {
+  /**
+   * @param {{
+   *   container: Element,
+   *   renderer: import('./blocks.js').BlockRenderer,
+   *   requestFrame?: (callback: (now: number) => void) => unknown,
+   *   now?: () => number,
+   *   smoother?: import('./smoother.js').Smoother | null,
+   *   onWrite?: () => void,
+   * }} options
+   */
+  constructor({ container, renderer, ...frames }) {
+    super(frames);
+    this._container = container;
+    this._renderer = renderer;
+    this._open = []; // the open tail's description as drawn
+    this._openNodes = []; // and its nodes, the last ones in the container
+    this._group = null; // the <div class="blocks"> new blocks go into
+  }
+
+  _draw(text, ended) {
+    if (text !== '') this._renderer.push(text);
+    const { closed, open } = ended ? this._renderer.finish() : this._renderer.update();
+    if (closed.length === 0 && open === null) return false;
     const doc = this._container.ownerDocument;
     // The blocks that closed were the first of the open tail, drawn already: patching them into their
     // final form leaves them where they are, usually unchanged. After that nothing touches them again.
@@ -129,8 +162,7 @@ export class MarkdownView {
     const nodes = patchChildren(doc, (node) => this._appendBlock(node), this._open, this._openNodes, next);
     this._open = open ?? [];
     this._openNodes = nodes.slice(closed.length);
-    this.writes += 1;
-    this._onWrite();
+    return true;
   }
 
   _appendBlock(node) {
