@@ -27,6 +27,8 @@ results are still rendered.
 inline ``%json`` schema: its name a ``const``, its ``arguments`` the tool's ``parameters``), for engines that
 constrain decoding: ``"required"`` and a named tool allow only calls; ``"auto"`` allows any text, or text up
 to ``<tool_call>`` and from there only calls (a lazy lexeme: the grammar applies once the marker is written).
+A replica that renders its own tool template and parses its own calls (llama.cpp's server, ``--jinja``) is
+sent the OpenAI-shaped request instead: :func:`wire_chat`.
 Standard library only.
 """
 
@@ -46,6 +48,7 @@ __all__ = [
     "ToolRequest",
     "render_generic",
     "tool_grammar",
+    "wire_chat",
 ]
 
 ToolChoice: TypeAlias = Literal["none", "auto", "required", "function"]
@@ -130,6 +133,39 @@ def chat_with_tools(turns: Sequence[Mapping[str, object]], tools: ToolRequest | 
     chat.turns = tuple(turns)
     chat.tools = tools
     return chat
+
+
+def wire_chat(chat: ChatWithTools) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """The OpenAI-shaped ``messages`` and tool fields of ``chat``, for a replica that takes tools itself.
+
+    Each call's ``arguments`` are JSON text again (the turns hold them parsed, for templates). A named
+    ``tool_choice`` is sent as ``"required"`` with only that tool: llama.cpp's server takes no named choice
+    (it reads the object as ``"auto"``), and "call this one" is "call one of these" over the one tool."""
+    messages: list[dict[str, object]] = []
+    for turn in chat.turns:
+        out = dict(turn)
+        calls = turn.get("tool_calls")
+        if isinstance(calls, Sequence) and calls:
+            wired = []
+            for call in calls:
+                if not isinstance(call, Mapping):
+                    continue
+                function = call.get("function")
+                function = dict(function) if isinstance(function, Mapping) else {}
+                raw = function.get("arguments", "")
+                if not isinstance(raw, str):
+                    function["arguments"] = json.dumps(raw, ensure_ascii=False)
+                wired.append({**call, "function": function})
+            out["tool_calls"] = wired
+        messages.append(out)
+    tools = chat.tools
+    if tools is None:
+        return messages, {}
+    offered = tools.callable if tools.choice == "function" else tools.tools
+    choice = "required" if tools.choice == "function" else tools.choice
+    fields: dict[str, object] = {"tools": [t.to_openai() for t in offered], "tool_choice": choice}
+    fields["parallel_tool_calls"] = tools.parallel
+    return messages, fields
 
 
 def _call_text(call: Mapping[str, object]) -> str:

@@ -20,6 +20,10 @@ Replicas (every URL serves the same model):
   when no replica is healthy);
 - structured output: ``params.constraint`` goes to the replica in its protocol's field (``_upstream_wire``);
   the replica enforces it;
+- tool calls (issue 21): a replica that sends ids (vLLM, tokenrelay) gets the generic format's turns, and the
+  front extracts the calls from its ids; llama.cpp's server gets the OpenAI-shaped turns and ``tools``
+  (``_tools.wire_chat``): it renders its own template's tools, constrains and parses its calls, and the front
+  relays them (``_upstream_wire``);
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
   (``metrics_collector()`` is a Prometheus collector the server registers);
 - several worker processes (``serve --workers N``): ``share_counts`` puts each replica's numbers in cells
@@ -42,6 +46,7 @@ import msgspec
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, ProtocolError, TokenRelayError
 from tokenrelay._openai_reader import error_from_body
 from tokenrelay._protocols import Tokenizer
+from tokenrelay._tools import ChatWithTools, wire_chat
 from tokenrelay.engines._upstream_wire import (
     LLAMACPP_MAX_ENUM_VALUES,
     PROTOCOLS,
@@ -188,16 +193,24 @@ class UpstreamEngine:
         # The replicas apply their own chat template (and say how many tokens the prompt was: PromptTokens),
         # so the messages are what is sent; ``prompt_ids``, our tokenizer's count, is not needed here.
         del prompt_ids
+        messages: str | list[dict[str, Any]]
+        tools: dict[str, Any] | None = None
+        if isinstance(prompt, ChatWithTools) and self.protocol == "llamacpp":
+            turns, tools = wire_chat(prompt)  # llama-server renders and parses tools itself
+            messages = [dict(t) for t in turns]
+        else:
+            messages = prompt if isinstance(prompt, str) else [dict(m) for m in prompt]
         try:
             path, body = request(
                 self.protocol,
-                prompt if isinstance(prompt, str) else [dict(m) for m in prompt],
+                messages,
                 model=self._upstream_model,
                 max_tokens=params.max_tokens,
                 temperature=params.temperature,
                 top_p=params.top_p,
                 seed=params.seed,
                 response_format=response_format(params.constraint),
+                tools=tools,
             )
         except ValueError as exc:
             raise InvalidRequestError(f"{exc}; send /v1/completions", param="messages") from exc
