@@ -325,6 +325,14 @@ class UpstreamEngine:
             response.release()
         if response.status != 200:
             error = error_from_body(response.status, raw, reason=response.reason)
+            if self.protocol == "llamacpp" and "requires --jinja" in error.message:
+                # llama-server without --jinja answers a request with tools with a 500: the request is what it
+                # cannot take, the replica is well (every replica would refuse it: no retry, no marking down).
+                raise InvalidRequestError(
+                    f"the upstream llama-server takes no tools ({error.message}): run it with --jinja",
+                    param="tools",
+                    code="unsupported_parameter",
+                )
             if response.status >= 500:
                 replica.down(error.message)
             if response.status >= 500 or response.status == 429:
