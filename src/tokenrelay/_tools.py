@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "MAX_CALLS",
@@ -135,13 +135,13 @@ def chat_with_tools(turns: Sequence[Mapping[str, object]], tools: ToolRequest | 
     return chat
 
 
-def wire_chat(chat: ChatWithTools) -> tuple[list[dict[str, object]], dict[str, object]]:
+def wire_chat(chat: ChatWithTools) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The OpenAI-shaped ``messages`` and tool fields of ``chat``, for a replica that takes tools itself.
 
     Each call's ``arguments`` are JSON text again (the turns hold them parsed, for templates). A named
     ``tool_choice`` is sent as ``"required"`` with only that tool: llama.cpp's server takes no named choice
     (it reads the object as ``"auto"``), and "call this one" is "call one of these" over the one tool."""
-    messages: list[dict[str, object]] = []
+    messages: list[dict[str, Any]] = []
     for turn in chat.turns:
         out = dict(turn)
         calls = turn.get("tool_calls")
@@ -163,7 +163,7 @@ def wire_chat(chat: ChatWithTools) -> tuple[list[dict[str, object]], dict[str, o
         return messages, {}
     offered = tools.callable if tools.choice == "function" else tools.tools
     choice = "required" if tools.choice == "function" else tools.choice
-    fields: dict[str, object] = {"tools": [t.to_openai() for t in offered], "tool_choice": choice}
+    fields: dict[str, Any] = {"tools": [t.to_openai() for t in offered], "tool_choice": choice}
     fields["parallel_tool_calls"] = tools.parallel
     return messages, fields
 
