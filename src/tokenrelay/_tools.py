@@ -4,12 +4,14 @@ A request's ``tools`` (OpenAI's ``{"type": "function", "function": {name, descri
 ``tool_choice`` and ``parallel_tool_calls`` become a :class:`ToolRequest`; an assistant turn's ``tool_calls``
 become :class:`ToolCall` values, and a ``tool`` turn answers one of them by ``tool_call_id``.
 
-A model reads all of this through its chat template. Where the template takes tools (a Jinja template that
-reads ``tools`` and ``message.tool_calls``, as Qwen's, Hermes', Llama 3.1's and Mistral's do), the engine
-renders :attr:`ChatWithTools.turns` and :attr:`ChatWithTools.tools` with it. Where it does not (SmolLM2's
-ChatML template knows only ``role`` and ``content``), tokenrelay writes the *generic format* itself, as plain
-turns every template reads (:func:`render_generic`): ``ChatWithTools`` *is* that tuple of plain turns, so an
-engine that knows nothing of tools renders the generic format without a change.
+A model reads all of this through its chat template. A template that takes tools (a Jinja template that
+reads ``tools`` and ``message.tool_calls``, as Qwen's, Hermes', Llama 3.1's and Mistral's do) could render
+:attr:`ChatWithTools.turns` and :attr:`ChatWithTools.tools` itself, for an engine that says so
+(``renders_tool_templates``; none of the in-process engines does yet: the constrained grammar is the generic
+format's). Everywhere else (SmolLM2's ChatML template knows only ``role`` and ``content``), tokenrelay writes
+the *generic format* itself, as plain turns every template reads (:func:`render_generic`): ``ChatWithTools``
+*is* that tuple of plain turns, so an engine that knows nothing of tools renders the generic format without a
+change.
 
 The generic format (documented in the README) is Hermes' markup, the most widely trained tool format, so the
 same extractor reads both and vLLM's ``hermes`` parser agrees with it:
