@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from _uvicorn import serve
+from server_helpers import asgi_client
+from tokenrelay import load_tokenizer
 from tokenrelay._errors import ProtocolError
 from tokenrelay._tool_call_events import ContentDelta, ToolArgumentsDelta, ToolCallEnded, ToolCallStarted
 from tokenrelay._tool_calls import FORMATS, ToolCallExtractor, join_events
@@ -226,3 +233,41 @@ def test_the_tool_fields_go_to_llama_servers_chat_endpoint_only() -> None:
     assert path == "/v1/chat/completions" and {k: body[k] for k in fields} == fields
     _, body = wire_request("openai", [{"role": "user", "content": "x"}], tools=fields, **common)
     assert not set(fields) & set(body)  # ids replicas get the generic format's turns instead
+
+
+# -- a llama-server without --jinja ------------------------------------------------------------------------------
+
+# What llama-server (b1-0c1e570, --no-jinja) answers a chat request with tools.
+NO_JINJA = b'{"error":{"code":500,"message":"tools param requires --jinja flag","type":"server_error"}}'
+
+
+def no_jinja_app(seen: list[int]) -> Starlette:
+    async def chat(request: Request) -> Response:
+        seen.append(1)
+        return Response(NO_JINJA, status_code=500, media_type="application/json")
+
+    async def health(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/health", health)])
+
+
+async def test_a_llama_server_without_jinja_makes_tools_a_400_and_stays_up() -> None:
+    from tokenrelay.engines.upstream import UpstreamEngine
+    from tokenrelay.server import ServerConfig, create_app
+
+    seen: list[int] = []
+    with serve(no_jinja_app(seen)) as first, serve(no_jinja_app(seen)) as second:
+        engine = UpstreamEngine(
+            [first, second], load_tokenizer("smollm2"), protocol="llamacpp", model="smol", health_interval=0
+        )
+        tools = [{"type": "function", "function": {"name": "f"}}]
+        request = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+        async with asgi_client(create_app(engine, ServerConfig())) as client:
+            r = await client.post("/v1/chat/completions", json=request)
+        await engine.aclose()
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "tools" and "--jinja" in error["message"]
+    assert seen == [1]  # not retried on the other replica: every one would refuse it
+    assert all(replica.healthy for replica in engine.replicas)  # a request it cannot take is not a fault
