@@ -46,6 +46,8 @@ import fcntl
 import itertools
 import json
 import os
+import shlex
+import signal
 import socket
 import statistics
 import subprocess
@@ -119,11 +121,14 @@ class Server:
     url: str
     body: dict[str, Any] = field(default_factory=dict)  # added to every request
     tokenrelay: bool = True
+    env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
 
 
 @contextmanager
 def running(server: Server) -> Iterator[None]:
-    proc = subprocess.Popen(server.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        server.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **server.env}
+    )
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -350,9 +355,19 @@ def servers(args: argparse.Namespace, model: Path) -> list[Server]:
     ]
     tr += ["--log-level", "warning"]
     out = []
-    for name, extra in (("tokenrelay", []), ("tokenrelay-nocache", ["--no-prefix-cache"])):
+    variants = [("tokenrelay", [], {}), ("tokenrelay-nocache", ["--no-prefix-cache"], {})]
+    for spec in args.variant:  # NAME=ARGS: ENV:KEY=VALUE words set the server's environment
+        name, _, rest = spec.partition("=")
+        words = shlex.split(rest)
+        env = dict(w[4:].split("=", 1) for w in words if w.startswith("ENV:"))
+        variants.append((name, [w for w in words if not w.startswith("ENV:")], env))
+    for name, extra, env in variants:
         port = free_port()
-        out.append(Server(name, [*tr, "--port", str(port), *extra], f"http://127.0.0.1:{port}"))
+        argv = [*tr, "--port", str(port), *extra]
+        if "--threads" in extra:  # the variant's own thread count replaces the shared one
+            at = argv.index("--threads")
+            del argv[at : at + 2]
+        out.append(Server(name, argv, f"http://127.0.0.1:{port}", env=env))
     if args.llama_server.is_file():
         for name, extra, body in (
             ("llama-server", [], {}),
@@ -373,6 +388,26 @@ def servers(args: argparse.Namespace, model: Path) -> list[Server]:
     else:
         print(f"(no llama-server at {args.llama_server}: run `make llama-server`; tokenrelay alone below)")
     return out
+
+
+def dump(
+    path: Path,
+    loads: dict[tuple[str, str, int], list[Load]],
+    turns: dict[str, list[list[tuple[float, int, int]]]],
+    stalls: dict[str, list[dict[str, float]]],
+    alone: list[float],
+) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "loads": {f"{k[0]}|{k[1]}|{k[2]}": [vars(r) for r in v] for k, v in loads.items()},
+                "turns": turns,
+                "stalls": stalls,
+                "alone": alone,
+            },
+            indent=1,
+        )
+    )
 
 
 def spread(values: list[float], scale: float = 1.0, fmt: str = ".0f") -> str:
@@ -399,8 +434,17 @@ def main() -> None:
     )
     ap.add_argument("--stall-words", type=int, default=1200)
     ap.add_argument("--lock", type=Path, default=None, help="flock this file during each round")
-    ap.add_argument("--json", type=Path, default=None, help="write every measurement here")
+    ap.add_argument("--json", type=Path, default=None, help="write every measurement here (after each round)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="another tokenrelay server, NAME=ARGS (ENV:KEY=VALUE words set its environment), e.g. "
+        "'t1=--threads 1' or 'passive=ENV:OMP_WAIT_POLICY=PASSIVE'; compared with llama-server too",
+    )
     args = ap.parse_args()
+    # A SIGTERM ends the run as Ctrl-C does: the running server is stopped (the finally blocks run).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
     workloads = set(args.workloads.split(","))
     levels = [int(x) for x in args.streams.split(",")]
     model = resolve_model_path("smollm2")
@@ -411,23 +455,38 @@ def main() -> None:
     stalls: dict[str, list[dict[str, float]]] = {s.name: [] for s in fleet}
     alone: list[float] = []
     for rnd in range(args.rounds):
-        with holding(args.lock):
-            # The servers' order turns every round, so none always runs first or last.
-            for server in fleet[rnd % len(fleet) :] + fleet[: rnd % len(fleet)]:
-                with running(server):
-                    asyncio.run(warm(server))
-                    for kind, n in itertools.product(kinds, levels) if "load" in workloads else ():
-                        result = asyncio.run(load(server, chats(kind, n, f"{rnd}.{n}"), args.tokens))
-                        loads.setdefault((server.name, kind, n), []).append(result)
-                    if "turns" in workloads:
-                        turns[server.name].append(
-                            asyncio.run(multi_turn(server, args.turns, args.turn_tokens, f"turns {rnd}"))
-                        )
-                    if "stall" in workloads:
-                        stalls[server.name].append(asyncio.run(stall(server, args.stall_words)))
-            if 1 in levels and "load" in workloads:
+        # The servers' order turns every round, so none always runs first or last. The lock is held for one
+        # server at a time, so a long run leaves gaps for other measurements.
+        for server in fleet[rnd % len(fleet) :] + fleet[: rnd % len(fleet)]:
+            with holding(args.lock), running(server):
+                began = time.perf_counter()
+                asyncio.run(warm(server))
+                for kind, n in itertools.product(kinds, levels) if "load" in workloads else ():
+                    result = asyncio.run(load(server, chats(kind, n, f"{rnd}.{n}"), args.tokens))
+                    loads.setdefault((server.name, kind, n), []).append(result)
+                    print(
+                        f"  {server.name} {kind} {n}: {result.tok_s:.1f} tok/s, "
+                        f"TTFT p50 {result.ttft_p50 * 1e3:.0f} ms",
+                        flush=True,
+                    )
+                if "turns" in workloads:
+                    turns[server.name].append(
+                        asyncio.run(multi_turn(server, args.turns, args.turn_tokens, f"turns {rnd}"))
+                    )
+                    print(
+                        f"  {server.name} turns: "
+                        + ", ".join(f"{t[0] * 1e3:.0f}" for t in turns[server.name][-1]),
+                        flush=True,
+                    )
+                if "stall" in workloads:
+                    stalls[server.name].append(asyncio.run(stall(server, args.stall_words)))
+                print(f"  ({server.name}: {time.perf_counter() - began:.0f} s)", flush=True)
+        if 1 in levels and "load" in workloads:
+            with holding(args.lock):
                 alone.append(llama_cpp_python_alone(model, args.tokens, args.threads))
         print(f"round {rnd + 1}/{args.rounds} done", flush=True)
+        if args.json is not None:
+            dump(args.json, loads, turns, stalls, alone)
 
     print(
         f"\nSmolLM2-135M-Instruct Q4_1, {args.threads} threads, --parallel {args.parallel}, {args.tokens} tokens a "
@@ -446,8 +505,13 @@ def main() -> None:
             )
     names = {s.name for s in fleet}
     print("\nRatios tokenrelay / llama-server (medians; ≥ 1.0× tok/s and ≤ 1.0× TTFT are the targets):")
-    for suffix, label in (("", "caches on"), ("-nocache", "caches off")):
-        tr, ls = "tokenrelay" + suffix, "llama-server" + suffix
+    variants = [s.name for s in fleet if s.tokenrelay and s.name not in ("tokenrelay", "tokenrelay-nocache")]
+    pairs = [
+        ("tokenrelay", "llama-server", "caches on"),
+        ("tokenrelay-nocache", "llama-server-nocache", "caches off"),
+        *((v, "llama-server", v) for v in variants),
+    ]
+    for tr, ls, label in pairs:
         if tr not in names or ls not in names or "load" not in workloads:
             continue
         for kind, n in itertools.product(kinds, levels):
@@ -459,7 +523,7 @@ def main() -> None:
         print(
             f"\nllama-cpp-python alone (Llama.create_chat_completion, 1 stream): {spread(alone, fmt='.1f')} tok/s"
         )
-        for name in ("tokenrelay", "tokenrelay-nocache"):
+        for name in ("tokenrelay", "tokenrelay-nocache", *variants):
             if (name, "distinct", 1) in loads:
                 rate = statistics.median(r.tok_s for r in loads[name, "distinct", 1])
                 print(f"  {name} 1 stream / llama-cpp-python alone = {rate / statistics.median(alone):.2f}×")
@@ -477,8 +541,7 @@ def main() -> None:
                 + ", ".join(f"{a:.0f}/{b:.0f}" for a, b in zip(read, cached, strict=True))
             )
             print(f"  {'':<20} turn {args.turns} / turn 1 = {per_turn[-1] / per_turn[0]:.2f}×")
-        for suffix in ("", "-nocache"):
-            tr, ls = "tokenrelay" + suffix, "llama-server" + suffix
+        for tr, ls, _label in pairs:
             if tr in names and ls in names:
                 last_tr = statistics.median(r[-1][0] for r in turns[tr])
                 last_ls = statistics.median(r[-1][0] for r in turns[ls])
@@ -492,18 +555,6 @@ def main() -> None:
                 f"gap while it is read {spread([g['max_gap'] for g in gaps], 1e3)} ms, long prompt "
                 f"({gaps[0]['prompt_tokens']:.0f} tokens) answered in {spread([g['long_prompt_s'] for g in gaps], 1e3)} ms"
             )
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "loads": {f"{k[0]}|{k[1]}|{k[2]}": [vars(r) for r in v] for k, v in loads.items()},
-                    "turns": turns,
-                    "stalls": stalls,
-                    "alone": alone,
-                },
-                indent=1,
-            )
-        )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenrelay.engines._batching import BatchEntry, SequencePool, Slot, common_prefix, plan_step
+from tokenrelay.engines._batching import (
+    MIN_COPY,
+    BatchEntry,
+    SequencePool,
+    Slot,
+    common_prefix,
+    plan_step,
+)
 
 
 def test_generating_slots_carry_their_last_token_and_sample() -> None:
@@ -276,3 +283,34 @@ def test_pool_misuse() -> None:
     pool.take([1])
     with pytest.raises(RuntimeError):
         pool.take([1])  # none free
+
+
+def test_copy_source_is_the_sequence_holding_the_most_of_the_prompt_running_or_free() -> None:
+    system = list(range(100, 100 + MIN_COPY + 4))
+    pool = SequencePool(4)
+    for _ in range(3):
+        pool.take([9])
+    pool.release(1, [*system[:-2], 7])  # free, holds all but the system prompt's last two tokens
+    prompt = [*system, 50, 51]
+    seq, reused = pool.take(prompt)
+    assert (seq, reused) == (1, len(system) - 2)  # the best free one: not worth a copy over it
+    assert pool.copy_source(prompt, seq, reused, {0: [*system, 60, 61, 62]}) is None
+    seq, reused = pool.take(prompt)
+    assert reused == 0
+    # a running sequence holds the whole system prompt: copied, past the most a free one holds
+    busy = {0: [*system, 60, 61, 62], 2: system[:3]}
+    assert pool.copy_source(prompt, seq, reused, busy) == (0, len(system))
+
+
+def test_copy_source_needs_min_copy_more_and_never_copies_the_whole_prompt() -> None:
+    pool = SequencePool(3)
+    seq, reused = pool.take([1])
+    prompt = list(range(MIN_COPY + 1))
+    assert pool.copy_source(prompt, seq, reused, {5: prompt[: MIN_COPY - 1]}) is None  # a gain under MIN_COPY
+    assert pool.copy_source(prompt, seq, reused, {5: prompt[:MIN_COPY]}) == (5, MIN_COPY)
+    # the other holds the whole prompt and more: all but the last token, which is read for its logits
+    assert pool.copy_source(prompt, seq, reused, {5: [*prompt, 3, 4]}) == (5, len(prompt) - 1)
+    assert pool.copy_source(prompt, seq, reused, {seq: [*prompt, 3]}) is None  # itself is no source
+    off = SequencePool(2, prefix_cache=False)
+    seq, reused = off.take(prompt)
+    assert off.copy_source(prompt, seq, reused, {1: [*prompt, 3]}) is None

@@ -18,7 +18,7 @@ pytest.importorskip("llama_cpp")
 
 from _steps import closable, generate
 from _steps import ids as step_ids
-from tokenrelay.engines._batching import common_prefix
+from tokenrelay.engines._batching import MIN_COPY, common_prefix
 from tokenrelay.engines.base import ChatMessage, Prompt, SamplingParams
 from tokenrelay.engines.llamacpp import LlamaCppEngine
 
@@ -97,6 +97,41 @@ async def test_batched_replies_from_cached_prefixes_equal_replies_from_scratch_a
     assert list(together) == alone
     # each second turn found its first turn's cells (the four conversations fill the four sequences)
     assert cached.prompt_tokens_reused - reused >= sum(len(cached.prompt_ids(m)) for m in firsts)
+
+
+async def test_chats_that_join_a_running_one_copy_its_system_prompt(
+    cached: LlamaCppEngine, scratch: LlamaCppEngine
+) -> None:
+    """A chat is generating; three more arrive with its (long) system prompt: each takes another sequence and
+    finds the system prompt's cells copied from the running one, and every reply is the reply from scratch."""
+    system: ChatMessage = {
+        "role": "system",
+        "content": "You answer questions about geography for a school quiz, in one short sentence, "
+        "naming the country or the city asked for and nothing else.",
+    }
+    chats: list[list[ChatMessage]] = [[system, {"role": "user", "content": q}] for q in QUESTIONS]
+    shared = common_prefix(cached.prompt_ids(chats[0]), cached.prompt_ids(chats[1]))
+    assert shared >= MIN_COPY + 8
+    alone = [await ids_of(scratch, m) for m in chats]
+    for n in range(cached.n_parallel):  # every sequence holds something else
+        await ids_of(
+            cached, f"{n}: a note about nothing in particular", SamplingParams(max_tokens=2, temperature=0.0)
+        )
+    await cached.wait_idle()
+    read, copied = cached.prompt_tokens_read, cached.prompt_tokens_copied
+    first = closable(generate(cached, chats[0], GREEDY))
+    async with contextlib.aclosing(first) as steps:
+        reply = list(step_ids(await anext(steps)))  # the first chat's prompt is in its cells now
+        others = asyncio.gather(*(ids_of(cached, m) for m in chats[1:]))
+        async for step in steps:
+            reply.extend(step_ids(step))
+    together = [reply, *await others]
+    await cached.wait_idle()
+    assert together == alone
+    assert cached.prompt_tokens_copied - copied >= 3 * (shared - 1)
+    assert cached.prompt_tokens_read - read <= sum(len(cached.prompt_ids(m)) for m in chats) - 3 * (
+        shared - 1
+    )
 
 
 async def test_a_prompt_that_diverges_at_its_first_token_reads_everything(
@@ -199,5 +234,9 @@ async def test_prompt_tokens_read_and_reused_are_prometheus_counters(cached: Lla
         f'tokenrelay_engine_prompt_tokens_reused_total{{model="{cached.model}"}} '
         f"{float(cached.prompt_tokens_reused)}"
     )
-    assert read in text and reused in text
+    copied = (
+        f'tokenrelay_engine_prompt_tokens_copied_total{{model="{cached.model}"}} '
+        f"{float(cached.prompt_tokens_copied)}"
+    )
+    assert read in text and reused in text and copied in text
     assert cached.prompt_tokens_reused > 0

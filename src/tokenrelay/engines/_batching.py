@@ -26,6 +26,12 @@ removes the cells from the divergence point on and the slot reads only the rest 
 prompt token is always read, even when the whole prompt is cached, because its logits give the first reply
 token. Without the cache, a request takes the lowest free id and its sequence is cleared.
 
+Cells are also copied between sequences (:meth:`SequencePool.copy_source`): when another sequence, running or
+free, holds at least ``MIN_COPY`` more of the new prompt than the one taken, the engine copies that sequence's
+cells into it and reads only the rest. Chats that arrive together with the same system prompt then read it
+once, not once each (llama-server reads it once per slot); the copy is a memory copy of one sequence's KV
+buffer, a few milliseconds, where reading the prompt again costs milliseconds a token.
+
 This module decides and records; it never calls llama.cpp, sleeps or locks. ``LlamaCppEngine`` runs
 :meth:`SequencePool.take` → :func:`plan_step` → decode → :meth:`Slot.accept` → :meth:`SequencePool.release` on
 its worker thread.
@@ -33,13 +39,14 @@ its worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 __all__ = [
     "DEFAULT_PARALLEL",
     "DEFAULT_PREFILL_CHUNK",
+    "MIN_COPY",
     "BatchEntry",
     "SequencePool",
     "Slot",
@@ -52,6 +59,10 @@ DEFAULT_PARALLEL = 8
 DEFAULT_PREFILL_CHUNK = 128
 """Prompt tokens per step while streams are generating: a new prompt stalls them for at most one such chunk's
 compute."""
+MIN_COPY = 16
+"""Prompt tokens another sequence must hold beyond what the taken one keeps before its cells are copied: the copy
+moves a whole sequence's KV buffer (for SmolLM2, 2,048 cells in ~5 ms here, about one prompt token's compute),
+so a smaller gain is not worth it."""
 
 
 class BatchEntry(NamedTuple):
@@ -235,6 +246,27 @@ class SequencePool:
         self._free.remove(seq)
         self._cells[seq] = ()
         return seq, reused
+
+    def copy_source(
+        self, prompt: Sequence[int], seq: int, reused: int, busy: Mapping[int, Sequence[int]]
+    ) -> tuple[int, int] | None:
+        """Another sequence whose cells hold at least ``MIN_COPY`` more leading tokens of ``prompt`` than the
+        ``reused`` that ``seq`` (just taken) keeps: ``(source, shared)``, the caller copying ``source``'s cells
+        into ``seq`` and keeping ``shared`` of them, or None. ``busy`` maps each running sequence to the tokens
+        its cells hold (:meth:`Slot.cells`); free sequences hold what they were released with. Never all of
+        ``prompt``: the last token is read for its logits."""
+        if not self.prefix_cache:
+            return None
+        ids = tuple(prompt)
+        best, best_shared = None, reused + MIN_COPY - 1
+        candidates = [*((s, self._cells[s]) for s in self._free), *busy.items()]
+        for source, cells in candidates:
+            if source == seq:
+                continue
+            shared = min(common_prefix(cells, ids), len(ids) - 1)
+            if shared > best_shared:
+                best, best_shared = source, shared
+        return None if best is None else (best, best_shared)
 
     def release(self, seq: int, cells: Sequence[int]) -> None:
         """``seq`` is free again, its cells holding ``cells`` (positions 0..)."""

@@ -271,6 +271,14 @@ class NativeModel:
 
         return bool(lc.llama_memory_seq_rm(self._mem, seq, start, -1))
 
+    def copy(self, source: int, seq: int) -> None:
+        """Make ``seq``'s cells a copy of ``source``'s (all of them; trim with :meth:`forget`). With one KV
+        stream per sequence the data moves at the start of the next ``llama_decode`` (a memory copy of the
+        stream); until then ``source``'s cells must not change, which holds between steps."""
+        import llama_cpp as lc
+
+        lc.llama_memory_seq_cp(self._mem, source, seq, -1, -1)
+
     def self_test(self) -> None:
         """Decode as the server will: a multi-token prompt, then steps batching every sequence at once."""
         ids = self.tokenize(b"The quick brown fox jumps over the lazy dog. " * 3, add_bos=True, special=False)

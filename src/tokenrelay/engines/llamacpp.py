@@ -20,9 +20,12 @@ Prefix cache (issue 23, ``prefix_cache=True``, ``--no-prefix-cache`` to turn it 
 cells stay in its sequence, and a new request takes the free sequence that already holds the longest prefix of
 its prompt (``_batching.SequencePool``): the cells past the divergence point are removed
 (``llama_memory_seq_rm``) and only the rest of the prompt is read. In a chat, where every turn re-sends the
-whole conversation, a turn reads only what is new since the last reply. It uses no memory beyond the KV cache
-itself (``n_parallel`` × ``n_ctx`` cells, allocated at load); ``prompt_tokens_read`` and
-``prompt_tokens_reused`` count what was decoded and what was found cached (``/metrics``).
+whole conversation, a turn reads only what is new since the last reply. When another sequence, running or
+free, holds more of the prompt, its cells are copied in first (``SequencePool.copy_source``): chats that arrive
+together with one system prompt read it once. It uses no memory beyond the KV cache itself (``n_parallel`` ×
+``n_ctx`` cells, allocated at load); ``prompt_tokens_read``, ``prompt_tokens_reused`` and
+``prompt_tokens_copied`` count what was decoded, what was found cached and, of that, what was copied
+(``/metrics``).
 
 Cancellation: the worker checks every request before each step. A consumer that cancels or closes its
 iterator marks the request cancelled; the next step no longer carries it and its sequence is freed (its cells,
@@ -163,7 +166,10 @@ class LlamaCppEngine:
         self.prompt_tokens_read = 0
         """Prompt tokens decoded over the engine's life (their cells computed)."""
         self.prompt_tokens_reused = 0
-        """Prompt tokens whose cells a sequence still held from an earlier request (not decoded again)."""
+        """Prompt tokens whose cells a sequence still held from an earlier request, or copied from another
+        sequence (not decoded again)."""
+        self.prompt_tokens_copied = 0
+        """Of those, the tokens whose cells were copied from another sequence (running or free)."""
         self._formatter = self._chat_formatter()
         self._stop_ids = self._find_stop_ids()
         self.steps_computed = 0
@@ -421,10 +427,18 @@ class LlamaCppEngine:
                 request = waiting.popleft()
                 params = request.params
                 seq, reused = pool.take(request.prompt_ids)
+                copied = 0
+                if self.prefix_cache:  # another sequence, running or free, may hold more of the prompt
+                    busy = {run.slot.seq: run.slot.cells() for run in running}
+                    source = pool.copy_source(request.prompt_ids, seq, reused, busy)
+                    if source is not None:
+                        native.copy(source[0], seq)
+                        reused = copied = source[1]
                 if not native.forget(seq, start=reused):  # the cells past the shared prefix (all: 0)
                     native.forget(seq)
-                    reused = 0
+                    reused = copied = 0
                 self.prompt_tokens_reused += reused
+                self.prompt_tokens_copied += copied
                 slot = Slot(seq, request.prompt_ids, request.limit, self._stop_ids, fed=reused)
                 sampler = Sampler(params.temperature, params.top_p, params.seed, request.mask)
                 running.append(_Running(request, slot, sampler))
@@ -484,6 +498,11 @@ class _PromptTokensCollector:
                 "reused",
                 "Prompt tokens whose KV cells were still cached from an earlier request (prefix cache)",
                 engine.prompt_tokens_reused,
+            ),
+            (
+                "copied",
+                "Of the reused prompt tokens, those whose KV cells were copied from another sequence",
+                engine.prompt_tokens_copied,
             ),
         ):
             family = CounterMetricFamily(f"tokenrelay_engine_prompt_tokens_{name}", doc, labels=["model"])
