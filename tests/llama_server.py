@@ -11,7 +11,7 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -68,9 +68,10 @@ class LlamaServer:
 
 @contextmanager
 def running_llama_server(
-    *, parallel: int = 2, threads: int = 1, timeout: float = 120
+    *, parallel: int = 2, threads: int = 1, timeout: float = 120, extra: Sequence[str] = ()
 ) -> Iterator[LlamaServer]:
-    """llama-server over the embedded SmolLM2 GGUF on a free loopback port, until the block ends."""
+    """llama-server over the embedded SmolLM2 GGUF on a free loopback port, until the block ends (``extra``:
+    more of its arguments)."""
     binary = llama_server_binary()
     model = resolve_model_path("smollm2")
     with tempfile.TemporaryDirectory(prefix="llama-server-") as tmp:
@@ -79,7 +80,7 @@ def running_llama_server(
             log = Path(tmp) / f"llama-server-{attempt}.log"
             argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
             argv += ["--parallel", str(parallel), "-c", str(2048 * parallel), "-t", str(threads)]
-            argv += ["-tb", str(threads), "--no-webui", "--metrics"]
+            argv += ["-tb", str(threads), "--no-webui", "--metrics", *extra]
             with log.open("wb") as out:
                 proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
             server = LlamaServer(f"http://127.0.0.1:{port}", proc, log)

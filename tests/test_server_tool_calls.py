@@ -181,6 +181,22 @@ async def test_without_tools_the_markup_is_content_and_with_none_too() -> None:
         assert message["content"] == REPLY and "tool_calls" not in message
 
 
+async def test_a_call_of_a_tool_not_offered_is_delivered_as_the_model_wrote_it() -> None:
+    # Where calls are not constrained (replicas, the replay engine) a model may name any tool: the README says
+    # the call goes out as written, and the agent's loop answers it.
+    reply = '<tool_call>\n{"name": "launch_rocket", "arguments": {"to": "🌕"}}\n</tool_call>'
+    app = replay_app(reply, rate=None)[0]
+    named = {"type": "function", "function": {"name": "get_time"}}
+    for fields in ({}, {"tool_choice": "required"}, {"tool_choice": named}):
+        whole = (await post(app, chat(False, **fields))).json()
+        assert whole["choices"][0]["finish_reason"] == "tool_calls"
+        [call] = whole["choices"][0]["message"]["tool_calls"]
+        assert (call["function"]["name"], call["function"]["arguments"]) == ("launch_rocket", '{"to": "🌕"}')
+        streamed = read_stream((await post(app, chat(True, **fields))).text)
+        assert [(c.name, c.arguments) for c in streamed.tool_calls] == [("launch_rocket", '{"to": "🌕"}')]
+        assert streamed.finish_reason == "tool_calls"
+
+
 # -- the official SDK over a real socket ------------------------------------------------------------------------
 
 
@@ -211,6 +227,22 @@ def test_the_sdks_stream_helper_parses_the_arguments_into_the_model(sdk: openai.
     [call] = final.choices[0].message.tool_calls or []
     assert call.function.parsed_arguments == GetWeather(city="東京 🗼", unit="C")
     assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_the_sdks_stream_helper_leaves_a_call_of_a_tool_not_offered_unparsed() -> None:
+    reply = '<tool_call>\n{"name": "launch_rocket", "arguments": {"to": "moon"}}\n</tool_call>'
+    with (
+        serve_relay(replay_app(reply, rate=None)[0]) as url,
+        openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as client,
+        client.chat.completions.stream(
+            model="replay",
+            messages=MESSAGES,  # type: ignore[arg-type]
+            tools=[openai.pydantic_function_tool(GetWeather)],
+        ) as stream,
+    ):
+        final = stream.get_final_completion()
+    [call] = final.choices[0].message.tool_calls or []
+    assert call.function.name == "launch_rocket" and call.function.parsed_arguments is None
 
 
 def test_the_sdks_history_of_a_call_and_its_result_is_accepted(sdk: openai.OpenAI) -> None:

@@ -4,12 +4,14 @@ A request's ``tools`` (OpenAI's ``{"type": "function", "function": {name, descri
 ``tool_choice`` and ``parallel_tool_calls`` become a :class:`ToolRequest`; an assistant turn's ``tool_calls``
 become :class:`ToolCall` values, and a ``tool`` turn answers one of them by ``tool_call_id``.
 
-A model reads all of this through its chat template. Where the template takes tools (a Jinja template that
-reads ``tools`` and ``message.tool_calls``, as Qwen's, Hermes', Llama 3.1's and Mistral's do), the engine
-renders :attr:`ChatWithTools.turns` and :attr:`ChatWithTools.tools` with it. Where it does not (SmolLM2's
-ChatML template knows only ``role`` and ``content``), tokenrelay writes the *generic format* itself, as plain
-turns every template reads (:func:`render_generic`): ``ChatWithTools`` *is* that tuple of plain turns, so an
-engine that knows nothing of tools renders the generic format without a change.
+A model reads all of this through its chat template. A template that takes tools (a Jinja template that
+reads ``tools`` and ``message.tool_calls``, as Qwen's, Hermes', Llama 3.1's and Mistral's do) could render
+:attr:`ChatWithTools.turns` and :attr:`ChatWithTools.tools` itself, for an engine that says so
+(``renders_tool_templates``; none of the in-process engines does yet: the constrained grammar is the generic
+format's). Everywhere else (SmolLM2's ChatML template knows only ``role`` and ``content``), tokenrelay writes
+the *generic format* itself, as plain turns every template reads (:func:`render_generic`): ``ChatWithTools``
+*is* that tuple of plain turns, so an engine that knows nothing of tools renders the generic format without a
+change.
 
 The generic format (documented in the README) is Hermes' markup, the most widely trained tool format, so the
 same extractor reads both and vLLM's ``hermes`` parser agrees with it:
@@ -27,6 +29,8 @@ results are still rendered.
 inline ``%json`` schema: its name a ``const``, its ``arguments`` the tool's ``parameters``), for engines that
 constrain decoding: ``"required"`` and a named tool allow only calls; ``"auto"`` allows any text, or text up
 to ``<tool_call>`` and from there only calls (a lazy lexeme: the grammar applies once the marker is written).
+A replica that renders its own tool template and parses its own calls (llama.cpp's server, ``--jinja``) is
+sent the OpenAI-shaped request instead: :func:`wire_chat`.
 Standard library only.
 """
 
@@ -35,7 +39,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "MAX_CALLS",
@@ -46,6 +50,7 @@ __all__ = [
     "ToolRequest",
     "render_generic",
     "tool_grammar",
+    "wire_chat",
 ]
 
 ToolChoice: TypeAlias = Literal["none", "auto", "required", "function"]
@@ -130,6 +135,39 @@ def chat_with_tools(turns: Sequence[Mapping[str, object]], tools: ToolRequest | 
     chat.turns = tuple(turns)
     chat.tools = tools
     return chat
+
+
+def wire_chat(chat: ChatWithTools) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The OpenAI-shaped ``messages`` and tool fields of ``chat``, for a replica that takes tools itself.
+
+    Each call's ``arguments`` are JSON text again (the turns hold them parsed, for templates). A named
+    ``tool_choice`` is sent as ``"required"`` with only that tool: llama.cpp's server takes no named choice
+    (it reads the object as ``"auto"``), and "call this one" is "call one of these" over the one tool."""
+    messages: list[dict[str, Any]] = []
+    for turn in chat.turns:
+        out = dict(turn)
+        calls = turn.get("tool_calls")
+        if isinstance(calls, Sequence) and calls:
+            wired = []
+            for call in calls:
+                if not isinstance(call, Mapping):
+                    continue
+                function = call.get("function")
+                function = dict(function) if isinstance(function, Mapping) else {}
+                raw = function.get("arguments", "")
+                if not isinstance(raw, str):
+                    function["arguments"] = json.dumps(raw, ensure_ascii=False)
+                wired.append({**call, "function": function})
+            out["tool_calls"] = wired
+        messages.append(out)
+    tools = chat.tools
+    if tools is None:
+        return messages, {}
+    offered = tools.callable if tools.choice == "function" else tools.tools
+    choice = "required" if tools.choice == "function" else tools.choice
+    fields: dict[str, Any] = {"tools": [t.to_openai() for t in offered], "tool_choice": choice}
+    fields["parallel_tool_calls"] = tools.parallel
+    return messages, fields
 
 
 def _call_text(call: Mapping[str, object]) -> str:

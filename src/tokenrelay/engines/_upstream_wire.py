@@ -19,7 +19,13 @@ one streamed generation; a reader per protocol turns each SSE event's data into 
   ``usage.completion_tokens``, which also counts the tokens that added no text (the bytes of a character a
   reply was cut inside, the end-of-sequence token); the first chunk's ``timings`` give the prompt's length
   (``prompt_n`` evaluated plus ``cache_n`` reused). Checked against llama-server built from llama.cpp as
-  vendored by llama-cpp-python 0.3.36.
+  vendored by llama-cpp-python 0.3.36. Tool calls (issue 21): the request carries the OpenAI ``tools``,
+  ``tool_choice`` and ``parallel_tool_calls`` (``request``'s ``tools``), llama-server renders them with its
+  own chat template (``--jinja``), constrains the calls with its own grammar and streams them parsed, as
+  ``delta.tool_calls``. The reader writes each call back as text in the generic format's markup
+  (``<tool_call>``, a line ``{"name": NAME, "arguments": `` + the argument fragments as sent + ``}``, then
+  ``</tool_call>``), so that the front's one tool path (``ToolCallExtractor``, its ``call_…`` ids, its
+  chunks) relays them: the arguments joined are llama-server's own text, the name its name.
 
 Every reader raises the :class:`TokenRelayError` an in-stream error stands for, and :class:`ProtocolError` for
 a chunk that is not what the protocol says.
@@ -37,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from tokenrelay._errors import ProtocolError
-from tokenrelay._openai_reader import error_from_body
+from tokenrelay._openai_reader import choice_tool_calls, error_from_body
 
 __all__ = [
     "LLAMACPP_MAX_ENUM_VALUES",
@@ -56,7 +62,7 @@ PROTOCOLS: tuple[Protocol, ...] = ("openai", "sglang", "tgi", "llamacpp")
 
 # Only what reaches the wire from tokenrelay's SamplingParams and Prompt: the same fields as engines.base,
 # spelled as plain values so this module needs nothing but the standard library.
-Messages: TypeAlias = "list[dict[str, str]]"
+Messages: TypeAlias = "list[dict[str, Any]]"  # plain turns; OpenAI-shaped ones with tools (llamacpp)
 
 
 @dataclass(slots=True)
@@ -87,6 +93,7 @@ def request(
     top_p: float,
     seed: int | None,
     response_format: dict[str, Any] | None = None,
+    tools: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The path and JSON body of one streamed generation. Stop strings are never sent: tokenrelay applies
     them itself, on its own text.
@@ -96,7 +103,11 @@ def request(
     llama.cpp's server its ``json_schema`` field (read on both of its endpoints, converted to its grammar);
     SGLang's ``sampling_params.json_schema`` (the schema as a JSON string); TGI's ``parameters.grammar``
     (``{"type": "json", "value": schema}``). A JSON object with no schema is the schema ``{"type": "object"}``
-    where a protocol has no such mode."""
+    where a protocol has no such mode.
+
+    ``tools`` (``tools``, ``tool_choice``, ``parallel_tool_calls``) go to llama.cpp's chat endpoint only: it
+    renders and parses tools itself. The other protocols' replicas get the generic format's turns (``_tools``)
+    and the front extracts the calls from their ids."""
     chat = not isinstance(prompt, str)
     schema = _schema_of(response_format)
     if protocol in ("openai", "llamacpp"):
@@ -118,6 +129,8 @@ def request(
                 body["json_schema"] = schema
         if chat:
             body["messages"] = prompt
+            if tools and protocol == "llamacpp":
+                body.update(tools)
             return "/v1/chat/completions", body
         body["prompt"] = prompt
         return "/v1/completions", body
@@ -375,6 +388,36 @@ class LlamaCppTextReader:
         self._counted = 0  # tokens passed on so far
         self._prompt_told = False
         self._finish: str | None = None
+        self._call = -1  # the index of the tool call being written back as markup (-1: none open)
+        self._calls = 0  # tool calls written back so far
+        self._call_arguments = False  # the open call has had argument text
+
+    def _tool_text(self, chunk: dict[str, Any], finish: bool) -> str:
+        """The markup of ``chunk``'s ``delta.tool_calls`` (see the module docstring); ``finish``: close the
+        open call."""
+        out: list[str] = []
+        for delta in choice_tool_calls(chunk):
+            if delta.index != self._call:
+                out.append(self._close_call())
+                if delta.name is None:
+                    raise ProtocolError(f"tool call {delta.index}'s first delta has no function name")
+                name = json.dumps(delta.name, ensure_ascii=False)
+                between = "\n" if self._calls else ""
+                out.append(f'{between}<tool_call>\n{{"name": {name}, "arguments": ')
+                self._call, self._calls = delta.index, self._calls + 1
+            if delta.arguments:
+                out.append(delta.arguments)
+                self._call_arguments = True
+        if finish:
+            out.append(self._close_call())
+        return "".join(out)
+
+    def _close_call(self) -> str:
+        if self._call < 0:
+            return ""
+        end = "}\n</tool_call>" if self._call_arguments else "{}}\n</tool_call>"  # no arguments: {}
+        self._call, self._call_arguments = -1, False
+        return end
 
     def feed(self, data: str) -> UpstreamChunk:
         if data == "[DONE]":
@@ -396,6 +439,7 @@ class LlamaCppTextReader:
         total = usage.get("completion_tokens", timings.get("predicted_n"))
         choices = obj.get("choices") or []
         text = ""
+        generated = False  # the chunk carries generated text (a server without counts: one token)
         if choices:
             choice = choices[0]
             if not isinstance(choice, dict):
@@ -406,9 +450,14 @@ class LlamaCppTextReader:
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
                 self._finish = finish
+            generated = bool(text) or (isinstance(delta, dict) and bool(delta.get("tool_calls")))
+            if isinstance(delta, dict) and (delta.get("tool_calls") or self._call >= 0):
+                if text and self._call >= 0:  # text after a call: the call is over
+                    text = self._close_call() + text
+                text += self._tool_text(obj, isinstance(finish, str))
         # A server that sends no counts: one token per delta.
-        tokens = max(0, total - self._counted) if type(total) is int else 1 if text else 0
-        if not text and self._finish == "stop" and self._max_tokens is not None:
+        tokens = max(0, total - self._counted) if type(total) is int else 1 if generated else 0
+        if not text and self._finish in ("stop", "tool_calls") and self._max_tokens is not None:
             tokens = max(0, min(tokens, self._max_tokens - 1 - self._counted))
         self._counted += tokens
         return UpstreamChunk(

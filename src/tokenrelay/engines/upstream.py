@@ -20,6 +20,8 @@ Replicas (every URL serves the same model):
   when no replica is healthy);
 - structured output: ``params.constraint`` goes to the replica in its protocol's field (``_upstream_wire``);
   the replica enforces it;
+- tool calls (issue 21): replicas that send ids get the generic format's turns (the front extracts the calls);
+  llama-server gets OpenAI's turns and ``tools`` (``_tools.wire_chat``), and its parsed calls are relayed;
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
   (``metrics_collector()`` is a Prometheus collector the server registers);
 - several worker processes (``serve --workers N``): ``share_counts`` puts each replica's numbers in cells
@@ -42,6 +44,7 @@ import msgspec
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, ProtocolError, TokenRelayError
 from tokenrelay._openai_reader import error_from_body
 from tokenrelay._protocols import Tokenizer
+from tokenrelay._tools import ChatWithTools, wire_chat
 from tokenrelay.engines._upstream_wire import (
     LLAMACPP_MAX_ENUM_VALUES,
     PROTOCOLS,
@@ -188,16 +191,23 @@ class UpstreamEngine:
         # The replicas apply their own chat template (and say how many tokens the prompt was: PromptTokens),
         # so the messages are what is sent; ``prompt_ids``, our tokenizer's count, is not needed here.
         del prompt_ids
+        messages: str | list[dict[str, Any]] = (
+            prompt if isinstance(prompt, str) else [dict(m) for m in prompt]
+        )
+        tools: dict[str, Any] | None = None
+        if isinstance(prompt, ChatWithTools) and self.protocol == "llamacpp":
+            messages, tools = wire_chat(prompt)  # llama-server renders and parses tools itself
         try:
             path, body = request(
                 self.protocol,
-                prompt if isinstance(prompt, str) else [dict(m) for m in prompt],
+                messages,
                 model=self._upstream_model,
                 max_tokens=params.max_tokens,
                 temperature=params.temperature,
                 top_p=params.top_p,
                 seed=params.seed,
                 response_format=response_format(params.constraint),
+                tools=tools,
             )
         except ValueError as exc:
             raise InvalidRequestError(f"{exc}; send /v1/completions", param="messages") from exc
@@ -312,6 +322,9 @@ class UpstreamEngine:
             response.release()
         if response.status != 200:
             error = error_from_body(response.status, raw, reason=response.reason)
+            if self.protocol == "llamacpp" and "requires --jinja" in error.message:  # tools, not the replica
+                message = f"the upstream llama-server takes no tools ({error.message}): run it with --jinja"
+                raise InvalidRequestError(message, param="tools", code="unsupported_parameter")
             if response.status >= 500:
                 replica.down(error.message)
             if response.status >= 500 or response.status == 429:

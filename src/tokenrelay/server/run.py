@@ -12,6 +12,15 @@ Two things uvicorn does not do on its own (issue 12):
   ``ServerConfig.body_timeout``.) The same wrapper offers the app a ``tokenrelay.abort`` scope extension, so a
   stream whose client stopped reading closes its connection at once instead of leaving uvicorn to report a
   half-sent response as an error.
+* **Frames straight to the connection.** A stream writes one frame per token, and uvicorn's ASGI ``send`` (a
+  message dict and two coroutines per frame, its checks and framing in Python) cost about a tenth of the
+  server's CPU per token in-process (issue 22, ``benchmarks/server_path.py --vs-send``). The wrapper offers a
+  ``tokenrelay.body`` scope extension: called with the app's ``send`` once the response's headers are sent,
+  it gives a :class:`ChunkedBody` that writes each frame to the transport as one HTTP/1.1 chunk (uvicorn's
+  own framing: httptools' raw chunks, h11's ``Data`` events) and reports uvicorn's flow control; the body's
+  last message still goes through ``send``, so uvicorn ends the response and keeps the connection as it
+  always does. Where a middleware wraps ``send``, or uvicorn's internals are not the ones read here, it
+  gives ``None`` and the app sends as any ASGI app does.
 * **Shutdown that tells clients.** On SIGTERM or SIGINT uvicorn stops accepting connections; ``RelayServer``
   then has the app refuse new generations and end the ones still running after ``graceful_timeout`` seconds
   with an error event and ``[DONE]`` (``create_app``'s ``drain``), before uvicorn's own, later, deadline
@@ -25,9 +34,11 @@ import contextlib
 import errno
 import logging
 import socket
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import h11
 import uvicorn
 from uvicorn.config import HTTP_PROTOCOLS
 from uvicorn.importer import import_from_string
@@ -37,7 +48,15 @@ from tokenrelay.engines.base import Engine
 
 from .app import ServerConfig, create_app
 
-__all__ = ["RelayServer", "bind_socket", "guarded_protocol", "serve", "uvicorn_server"]
+__all__ = [
+    "ChunkedBody",
+    "RelayServer",
+    "bind_socket",
+    "body_extension",
+    "guarded_protocol",
+    "serve",
+    "uvicorn_server",
+]
 
 log = logging.getLogger("tokenrelay.server")
 
@@ -75,6 +94,76 @@ def bind_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.soc
     return sock
 
 
+class ChunkedBody:
+    """The body of one started response, written straight to its connection: each ``write`` one chunk.
+
+    ``write`` returns false, writing nothing, once the client is gone. ``paused`` is uvicorn's flow control
+    (the transport's buffer is over its high-water mark: the client reads slower than frames come);
+    ``drained()`` waits until it is not (or the client is gone). The response's last message (``more_body``
+    false) still goes through the ASGI ``send``, so uvicorn ends the response and keeps the connection.
+    """
+
+    __slots__ = ("_conn", "_cycle", "_flow", "_transport")
+
+    def __init__(self, cycle: Any, transport: asyncio.Transport) -> None:
+        self._cycle = cycle
+        self._flow = cycle.flow
+        self._transport = transport
+        # h11's connection (uvicorn's h11 protocol: it frames the body and tracks its state), else None
+        # (httptools': uvicorn frames chunks itself, as ``write`` does).
+        self._conn: h11.Connection | None = getattr(cycle, "conn", None)
+
+    def write(self, data: bytes) -> bool:
+        if self._cycle.disconnected:
+            return False
+        if self._conn is None:
+            # The chunk's size line, frame and end formatted at once: one buffer, one socket write.
+            self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        else:
+            out = self._conn.send(h11.Data(data=data))
+            if out:
+                self._transport.write(out)
+        return True
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._flow.write_paused) and not self._cycle.disconnected
+
+    async def drained(self) -> None:
+        await self._flow.drain()
+
+
+def body_extension(cycle_class: type) -> Callable[[object], ChunkedBody | None]:
+    """The ``tokenrelay.body`` extension of a uvicorn protocol whose request cycles are ``cycle_class``.
+
+    Called with the app's ``send`` once the response's headers are sent, it gives that response's
+    :class:`ChunkedBody`; ``None`` (use ``send``) when ``send`` is not a ``cycle_class`` object's own (a
+    middleware wraps it: it may count or rewrite the body, so it must see every byte), for a body uvicorn
+    frames otherwise (a ``Content-Length``, a ``HEAD``), or where the cycle lacks what is read here (another
+    uvicorn). It holds no request: the cycle is ``send``'s, so a request's scope refers to nothing that
+    refers back to it.
+    """
+
+    def body_of(send: object) -> ChunkedBody | None:
+        owner = getattr(send, "__self__", None)
+        if type(owner) is not cycle_class:
+            return None
+        cycle: Any = owner
+        try:
+            if not cycle.response_started or cycle.response_complete or cycle.disconnected:
+                return None
+            if cycle.scope["method"] == "HEAD" or not hasattr(cycle, "flow"):
+                return None
+            if getattr(cycle, "conn", None) is None and getattr(cycle, "chunked_encoding", None) is not True:
+                return None  # (httptools: a Content-Length body, or none at all)
+            transport = cycle.transport
+        except (AttributeError, KeyError, TypeError):  # another uvicorn's internals: the ASGI send it is
+            return None
+        return ChunkedBody(cycle, transport)
+
+    return body_of
+
+
 class _Drains(Protocol):
     def drain(self, grace: float) -> None: ...
 
@@ -82,6 +171,9 @@ class _Drains(Protocol):
 def guarded_protocol(http: str, header_timeout: float) -> type[asyncio.Protocol]:
     """uvicorn's ``http`` protocol class ("auto", "h11", "httptools"), with a header deadline."""
     base: type[Any] = import_from_string(HTTP_PROTOCOLS.get(http, http))
+
+    cycle_class = getattr(sys.modules.get(base.__module__), "RequestResponseCycle", None)
+    body_of = body_extension(cycle_class) if isinstance(cycle_class, type) else None
 
     class Guarded(base):  # type: ignore[misc]
         # Works on what both of uvicorn's HTTP/1.1 protocols have: ``transport``, and ``cycle``, the request
@@ -100,7 +192,10 @@ def guarded_protocol(http: str, header_timeout: float) -> type[asyncio.Protocol]
                 # A request's headers are complete: disarm, and let the app abort this connection.
                 self._seen_cycle = cycle
                 self._disarm()
-                cycle.scope.setdefault("extensions", {})["tokenrelay.abort"] = self.transport.abort
+                extensions = cycle.scope.setdefault("extensions", {})
+                extensions["tokenrelay.abort"] = self.transport.abort
+                if body_of is not None:
+                    extensions["tokenrelay.body"] = body_of
             elif self._header_timer is None and (cycle is None or cycle.response_complete):
                 self._arm()  # bytes of a next request (or of a body nobody reads): its headers are due
 
