@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from _terminal import Terminal, tokenrelay
+from _terminal import Terminal, cli_env, tokenrelay
 from _uvicorn import serve
 from server_helpers import replay_app
 
@@ -64,6 +66,41 @@ def test_commands_multiline_ctrl_c_and_ctrl_d_with_the_embedded_replay_engine(tm
         term.ctrl_d()
         assert term.wait() == 0
     assert term.seen.endswith(b">>> \r\n")  # Ctrl-D ends the line: the shell prompt starts clean
+
+
+#: ``select()`` that starts waiting 0.1 s late, as in a process preempted between writing the prompt and
+#: waiting for a key (a busy machine): a SIGINT in that gap finds no ``select()`` to interrupt.
+_LATE_SELECT = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <sys/select.h>
+#include <time.h>
+int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *t) {
+    static int (*real)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+    struct timespec gap = {0, 100 * 1000 * 1000};
+    if (!real) real = dlsym(RTLD_NEXT, "select");
+    while (nanosleep(&gap, &gap) != 0) {}
+    return real(n, r, w, e, t);
+}
+"""
+
+
+def test_ctrl_c_at_the_prompt_is_seen_even_when_it_comes_before_readline_waits(tmp_path: Path) -> None:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the late select() shim")
+    (tmp_path / "late_select.c").write_text(_LATE_SELECT)
+    shim = tmp_path / "late_select.so"
+    build = [compiler, "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "late_select.c"), "-ldl"]
+    subprocess.run(build, check=True, capture_output=True, timeout=60)
+    with Terminal("chat", "--engine", "replay", env=cli_env(LD_PRELOAD=str(shim))) as term:
+        term.expect(">>> ")
+        for _ in range(3):  # each Ctrl-C lands in the gap: readline has not started waiting yet
+            term.ctrl_c()
+            term.expect(r"\(Ctrl-D or /exit to quit\)", timeout=10)
+            term.expect(">>> ")
+        term.line("/exit")
+        assert term.wait() == 0
 
 
 def test_piped_stdin_answers_line_by_line_and_stops_on_an_error() -> None:

@@ -20,7 +20,12 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import Protocol
 
 from tokenrelay._errors import TokenRelayError
@@ -136,6 +141,59 @@ CHAT_COMMANDS = {
     '"""': 'start a message of several lines; end it with """',
 }
 _EXIT = frozenset({"/exit", "/quit", "/bye"})
+#: Seconds between the nudges that bring a Ctrl-C the prompt's wait missed to it (``_ctrl_c_reaches_input``).
+_NUDGE_EVERY = 0.02
+
+
+@contextlib.contextmanager
+def _ctrl_c_reaches_input() -> Iterator[None]:
+    """While ``input()`` waits at the prompt, Ctrl-C interrupts it however late the wait starts.
+
+    CPython's readline waits for a key in ``select()`` and runs Python's signal handlers only when that call
+    fails with EINTR. A SIGINT that arrives after the prompt is written but before ``select()`` waits (the
+    process preempted in between: a busy machine) only marks the signal pending, and ``select()`` then waits
+    for a key: the Ctrl-C is seen at the next Enter, so it looks ignored. Here, the signal also writes its
+    number to a pipe (``signal.set_wakeup_fd``); a thread that reads SIGINT there sends the main thread SIGUSR1
+    (whose handler does nothing) every ``_NUDGE_EVERY`` s until the SIGINT handler has run: the first nudge
+    that lands inside ``select()`` makes it fail with EINTR, and readline runs the pending handler.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_kill"):
+        yield  # (no signal handlers outside the main thread; Windows has neither readline nor pthread_kill)
+        return
+    handled = threading.Event()
+    done = threading.Event()
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    main = threading.get_ident()
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if not handled.is_set():  # (a second Ctrl-C before the first was answered adds nothing)
+            handled.set()
+            raise KeyboardInterrupt
+
+    def nudge() -> None:
+        while not done.is_set():
+            if signal.SIGINT in os.read(wake_read, 256):
+                while not handled.wait(_NUDGE_EVERY) and not done.is_set():
+                    signal.pthread_kill(main, signal.SIGUSR1)
+
+    old_usr1 = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    old_int = signal.signal(signal.SIGINT, on_sigint)
+    old_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    thread = threading.Thread(target=nudge, name="tokenrelay-ctrl-c", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        done.set()
+        with contextlib.suppress(BlockingIOError):  # (a full pipe wakes it as well)
+            os.write(wake_write, b"\0")  # wakes the thread to see ``done``
+        thread.join()  # no nudge is sent after this: SIGUSR1 may get its old handler back
+        signal.signal(signal.SIGINT, signal.default_int_handler if old_int is None else old_int)
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL if old_usr1 is None else old_usr1)
+        os.close(wake_read)
+        os.close(wake_write)
 
 
 class _Chat:
@@ -223,7 +281,11 @@ class _Chat:
             _stderr(f"tokenrelay chat · {self.backend.label} · /help for commands, Ctrl-D or /exit to quit")
         while True:
             try:
-                line = self.read_message()
+                if self.interactive:
+                    with _ctrl_c_reaches_input():
+                        line = self.read_message()
+                else:
+                    line = self.read_message()
             except EOFError:
                 if self.interactive:
                     self.out.write(b"\n")  # Ctrl-D leaves the cursor after the prompt
