@@ -30,7 +30,10 @@ longest gap and the time until the long prompt's one-token reply.
 
 llama-server is built once from the llama.cpp sources inside the llama-cpp-python sdist, portable flags, by
 ``make llama-server``; ``--llama-server PATH`` picks another binary. ``--lock PATH`` holds that lock file
-(``flock``) for each round only, so a long run leaves gaps for other measurements.
+(``flock``) for one server at a time, so a long run leaves gaps for other measurements. ``--variant NAME=ARGS``
+adds a tokenrelay server with other options or environment (``'t1=--threads 1'``,
+``'spin=ENV:GOMP_SPINCOUNT=10000'``), compared with llama-server (caches on) as well. ``--json`` is rewritten
+after every round.
 
     python benchmarks/engine_concurrency.py [--rounds 3] [--streams 1,8] [--tokens 96] [--turns 10]
 

@@ -12,9 +12,12 @@ frame, as at 400 tokens/s in ``benchmarks/front.py``.
 Reported: CPU µs per token (``time.process_time`` over ``--streams`` concurrent streams of ``--tokens``
 tokens, ``--requests`` one after another on each kept-alive connection, ÷ the tokens), µs per request beyond
 its tokens (from a batch of ``--short-tokens`` replies), medians of ``--rounds``. ``--profile`` prints
-cProfile's view of one long batch.
+cProfile's view of one long batch. ``--vs-send`` alternates rounds with the frames written straight to the
+transport (``server.run``'s ``tokenrelay.body`` extension, as served) and through uvicorn's ASGI ``send``, in
+one process, and prints the ratio. ``--front``: the relay front instead (``--engine upstream`` over a recorded
+replica).
 
-    python benchmarks/server_path.py [--streams 32] [--tokens 256] [--rounds 5] [--profile]
+    python benchmarks/server_path.py [--streams 32] [--tokens 256] [--rounds 5] [--profile] [--vs-send] [--front]
 
 Not a test: compare runs on one machine, one after the other.
 """

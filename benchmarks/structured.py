@@ -1,14 +1,16 @@
 """Structured output on the embedded engine (issue 20): what a JSON schema costs, side by side in one run.
 
 1. Throughput: the same engine serves N concurrent requests (N = 1 and 8) without and with a JSON schema,
-   interleaved for ``--rounds`` rounds; each request is cut at ``--tokens`` (the schema's minimum reply is
-   longer than that, the plain prompts ask for essays), so both sides decode the same number of tokens.
-   Aggregate tokens/s and the ratio with/without are printed (target ≥ 0.9).
+   in ``--rounds`` pairs of loads, alternating which side goes first; each request is cut at ``--tokens``
+   (the schema's minimum reply is longer than that, the plain prompts ask for essays), so both sides decode
+   the same number of tokens. Aggregate tokens/s and the ratios with/without are printed (target ≥ 0.9).
+   ``--profile`` also times the mask path of every constrained token and every decode step in the same run:
+   the share of a step the masks take bounds what they can cost, whatever the machine's load.
 2. Mechanisms (``--mechanisms``): one greedy sequence through the low-level API, for each schema: compile
    time and the extra cost per token of llama.cpp's grammar sampler (GBNF from llama-cpp-python's converter)
    and of llguidance's mask (``engines/llguidance_json``), and whether the reply is valid.
 
-    python benchmarks/structured.py [--streams 1,8] [--tokens 96] [--rounds 3] [--mechanisms]
+    python benchmarks/structured.py [--streams 1,8] [--tokens 96] [--rounds 8] [--profile] [--mechanisms]
 
 Not a test: numbers vary with the machine and its load; compare within one run.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
 from typing import Any
@@ -43,10 +46,70 @@ async def one(engine: LlamaCppEngine, i: int, params: SamplingParams) -> int:
     return sum([len(step) async for step in engine.generate(prompt, params, prompt_ids=ids)])  # type: ignore[arg-type]
 
 
-async def load(engine: LlamaCppEngine, n: int, params: SamplingParams) -> float:
-    started = time.perf_counter()
+class Load:
+    """What one load of N streams took: tokens, wall seconds, and this process's CPU seconds (all threads).
+    CPU time is the noise-resistant one on a shared machine: another process's work lengthens the wall
+    clock of a step but not the CPU time this process spends in it."""
+
+    def __init__(self, tokens: int, wall: float, cpu: float) -> None:
+        self.tokens, self.wall, self.cpu = tokens, wall, cpu
+
+
+async def load(engine: LlamaCppEngine, n: int, params: SamplingParams) -> Load:
+    started, cpu = time.perf_counter(), time.process_time()
     tokens = await asyncio.gather(*(one(engine, i, params) for i in range(n)))
-    return sum(tokens) / (time.perf_counter() - started)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    # Both sides must decode the same work: every stream cut at max_tokens (none ended early).
+    if tokens != [params.max_tokens] * n:
+        raise SystemExit(f"a stream ended before {params.max_tokens} tokens: {tokens}")
+    return Load(sum(tokens), wall, cpu)
+
+
+class MaskClock:
+    """Times the constrained path of every sampled token in the engine's worker (benchmark-only wrappers
+    around ``JSONMask``'s methods): llguidance's mask computation, applying it to the logits row, consuming
+    the sampled token; and every ``llama_decode`` step. Wrapping costs two clock reads per call."""
+
+    def __init__(self) -> None:
+        from tokenrelay.engines import _llama_native, llguidance_json
+
+        self.compute: list[float] = []
+        self.apply: list[float] = []
+        self.accept: list[float] = []
+        self.steps: list[tuple[int, float]] = []  # (sequences sampled, seconds) per llama_decode
+        mask_cls, native_cls = llguidance_json.JSONMask, _llama_native.NativeModel
+        clock = self
+
+        def timed(method: Any, into: list[float]) -> Any:
+            def wrapper(*args: Any) -> Any:
+                t0 = time.perf_counter()
+                result = method(*args)
+                into.append(time.perf_counter() - t0)
+                return result
+
+            return wrapper
+
+        decode = native_cls.decode
+
+        def timed_decode(native: Any, entries: Any) -> list[int]:
+            t0 = time.perf_counter()
+            rows: list[int] = decode(native, entries)
+            clock.steps.append((sum(r >= 0 for r in rows), time.perf_counter() - t0))
+            return rows
+
+        mask_cls.compute = timed(mask_cls.compute, self.compute)  # type: ignore[method-assign]
+        mask_cls.restrict = timed(mask_cls.restrict, self.apply)  # type: ignore[method-assign]
+        mask_cls.accept = timed(mask_cls.accept, self.accept)  # type: ignore[method-assign]
+        native_cls.decode = timed_decode  # type: ignore[method-assign]
+
+    def clear(self) -> None:
+        for series in (self.compute, self.apply, self.accept, self.steps):
+            series.clear()
+
+
+def quartiles(values: list[float]) -> str:
+    q1, q2, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+    return f"{q2:.2f} [{q1:.2f}–{q3:.2f}]"
 
 
 def throughput(args: argparse.Namespace) -> None:
@@ -57,27 +120,61 @@ def throughput(args: argparse.Namespace) -> None:
         max_tokens=args.tokens, temperature=0.0, constraint=JSONConstraint(json.dumps(LONG))
     )
     engine.check_constraint(constrained.constraint)  # type: ignore[arg-type]  # compiled before timing
+    clock = MaskClock() if args.profile else None
 
     async def run() -> None:
-        await load(engine, 1, plain)  # warm-up
-        await load(engine, 1, constrained)
-        print(f"{args.tokens} tokens a stream, temperature 0, {args.rounds} interleaved rounds (median)")
-        print(f"{'streams':>8} {'plain tok/s':>12} {'json tok/s':>11} {'ratio':>6}  per-round ratios")
+        for n in streams:  # warm-up: every sequence used once on both sides
+            await load(engine, n, plain)
+            await load(engine, n, constrained)
+        print(
+            f"{args.tokens} tokens a stream, temperature 0, {args.rounds} pairs of loads in alternating order "
+            "(plain json, json plain, ...): median tok/s; json/plain ratio per pair as median [quartiles] "
+            "of wall time and of this process's CPU time; best: best json load / best plain load (noise only "
+            "slows a load down)"
+        )
+        print(
+            f"{'streams':>7} {'plain tok/s':>11} {'json tok/s':>10} {'wall ratio':>18} "
+            f"{'CPU ratio':>18} {'best':>5} {'load':>5}"
+        )
         for n in streams:
-            ratios, plains, jsons = [], [], []
-            for _ in range(args.rounds):
-                p = await load(engine, n, plain)
-                j = await load(engine, n, constrained)
-                plains.append(p)
-                jsons.append(j)
-                ratios.append(j / p)
+            walls, cpus, plains, jsons = [], [], [], []
+            if clock:
+                clock.clear()
+            for i in range(args.rounds):
+                order = (plain, constrained) if i % 2 == 0 else (constrained, plain)
+                got = {id(p): await load(engine, n, p) for p in order}
+                p, j = got[id(plain)], got[id(constrained)]
+                plains.append(p.tokens / p.wall)
+                jsons.append(j.tokens / j.wall)
+                walls.append(p.wall / j.wall)
+                cpus.append(p.cpu / j.cpu)
             print(
-                f"{n:>8} {statistics.median(plains):>12.1f} {statistics.median(jsons):>11.1f} "
-                f"{statistics.median(ratios):>6.2f}  {', '.join(f'{r:.2f}' for r in ratios)}"
+                f"{n:>7} {statistics.median(plains):>11.1f} {statistics.median(jsons):>10.1f} "
+                f"{quartiles(walls):>18} {quartiles(cpus):>18} {max(jsons) / max(plains):>5.2f} "
+                f"{os.getloadavg()[0]:>5.1f}"
             )
+            if clock:
+                print_profile(clock, n)
         await engine.aclose()
 
     asyncio.run(run())
+
+
+def print_profile(clock: MaskClock, n: int) -> None:
+    def ms(values: list[float]) -> str:
+        return f"{statistics.median(values) * 1e3:.3f}/{statistics.mean(values) * 1e3:.3f}"
+
+    full = [s for k, s in clock.steps if k == n]  # steps that sampled every stream
+    mask_per_token = (
+        statistics.mean(clock.compute) + statistics.mean(clock.apply) + statistics.mean(clock.accept)
+    )
+    step = statistics.mean(full) if full else float("nan")
+    print(
+        f"        mask path per token, ms median/mean: compute {ms(clock.compute)}, apply {ms(clock.apply)}, "
+        f"accept {ms(clock.accept)} ({len(clock.compute)} tokens); llama_decode of {n} tokens: "
+        f"{ms(full)} ms; {n} masks / step: {n * mask_per_token / step:.1%} "
+        f"(ratio if only that: {step / (step + n * mask_per_token):.3f})"
+    )
 
 
 SCHEMAS: dict[str, Any] = {
@@ -202,7 +299,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", default="1,8")
     ap.add_argument("--tokens", type=int, default=96)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=8, help="rounds of each side (ABBA order)")
+    ap.add_argument("--profile", action="store_true", help="time the mask path and the decode steps")
     ap.add_argument("--mechanisms", action="store_true", help="compare llguidance and the grammar sampler")
     ap.add_argument("--mechanism-tokens", type=int, default=80)
     ap.add_argument("--slow", action="store_true", help="also the grammar sampler on the 20,000-value enum")

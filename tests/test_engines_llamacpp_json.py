@@ -17,10 +17,12 @@ pytest.importorskip("llguidance")
 
 import jsonschema
 
+from server_helpers import asgi_client
 from tokenrelay._errors import InvalidRequestError
 from tokenrelay._stream import Finished, TextDelta
 from tokenrelay.engines.base import JSONConstraint, Prompt, SamplingParams, stream_events
 from tokenrelay.engines.llamacpp import LlamaCppEngine
+from tokenrelay.server import ServerConfig, create_app
 
 
 @pytest.fixture(scope="module")
@@ -250,8 +252,6 @@ async def test_a_20000_value_enum_is_served(engine: LlamaCppEngine) -> None:
 async def test_through_the_server_a_schema_llguidance_refuses_is_a_400_before_the_stream(
     engine: LlamaCppEngine,
 ) -> None:
-    from server_helpers import asgi_client
-    from tokenrelay.server import ServerConfig, create_app
 
     app = create_app(engine, ServerConfig())
     messages = [{"role": "user", "content": "Describe a person as JSON."}]
@@ -280,3 +280,35 @@ async def test_through_the_server_a_schema_llguidance_refuses_is_a_400_before_th
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     jsonschema.validate(json.loads(text), SCHEMAS["an object"])
+
+
+def sse_reply(raw: str, kind: str) -> tuple[str, str]:
+    chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    choices = [c["choices"][0] for c in chunks if c["choices"]]
+    text = "".join((c["delta"].get("content") or "") if kind == "chat" else c["text"] for c in choices)
+    return text, choices[-1]["finish_reason"]
+
+
+async def test_through_the_server_both_endpoints_stream_exactly_and_a_cut_is_length(
+    engine: LlamaCppEngine,
+) -> None:
+    # Legacy /v1/completions accepts response_format too (as vLLM and llama-server do: README).
+    schema = SCHEMAS["an object"]
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema, "strict": True}}
+    requests: dict[str, tuple[str, dict[str, object]]] = {
+        "chat": ("/v1/chat/completions", {"messages": user(PROMPTS[0])}),
+        "completion": ("/v1/completions", {"prompt": "A person, as JSON: "}),
+    }
+    app = create_app(engine, ServerConfig())
+    async with asgi_client(app) as client:
+        for kind, (path, prompt) in requests.items():
+            sent = {**prompt, "temperature": 0, "response_format": fmt}
+            streamed = await client.post(path, json={**sent, "stream": True, "max_tokens": 200})
+            whole = (await client.post(path, json={**sent, "max_tokens": 200})).json()["choices"][0]
+            cut = await client.post(path, json={**sent, "stream": True, "max_tokens": 5})
+            text, finish = sse_reply(streamed.text, kind)
+            assert finish == "stop" == whole["finish_reason"], kind
+            jsonschema.validate(json.loads(text), schema)
+            assert text == (whole["message"]["content"] if kind == "chat" else whole["text"])  # exact
+            cut_text, cut_finish = sse_reply(cut.text, kind)
+            assert cut_finish == "length" and text.startswith(cut_text) and cut_text != text, kind

@@ -1,12 +1,15 @@
 """``response_format`` on the server (issue 20 §2): accepted on both endpoints, streamed and not; every bad
-schema a 400 naming the place, within a second; the replay engine replays its text (it does not constrain).
+schema a 400 naming the place, within a second; an engine's schema check run off the event loop; the replay
+engine replays its text (it does not constrain), and a reply cut by ``max_tokens`` ends with ``"length"``.
 
 The constrained engines are tested with their own modules (the llama.cpp engine in
 ``test_engines_llamacpp_json.py``, vLLM in ``tests/with_vllm``, upstream replicas in ``test_upstream*``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from typing import Any
 
@@ -64,6 +67,32 @@ async def test_accepted_on_both_endpoints_streamed_and_not(
         choice = r.json()["choices"][0]
         text = choice["message"]["content"] if kind == "chat" else choice["text"]
     assert text == CITY  # the replay engine replays its text: it does not constrain, nor pretend to
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_json_reply_cut_by_max_tokens_ends_with_length_and_is_not_repaired(
+    kind: str, stream: bool
+) -> None:
+    app, _ = replay_app(CITY, rate=None)
+    async with asgi_client(app) as client:
+        r = await client.post(PATHS[kind], json=body(kind, FMT, stream=stream, max_tokens=5))
+    assert r.status_code == 200, r.text
+    if stream:
+        chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+        choices = [c["choices"][0] for c in chunks if c["choices"]]
+        text = "".join((c["delta"].get("content") or "") if kind == "chat" else c["text"] for c in choices)
+        finish = choices[-1]["finish_reason"]
+    else:
+        choice = r.json()["choices"][0]
+        text, finish = (
+            choice["message"]["content"] if kind == "chat" else choice["text"],
+            choice["finish_reason"],
+        )
+    assert finish == "length"
+    assert CITY.startswith(text) and 0 < len(text) < len(CITY)  # the cut text as made, nothing closed
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
 
 
 async def test_the_constraint_reaches_the_engine_as_sampling_params() -> None:
@@ -172,6 +201,34 @@ async def test_a_20000_value_enum_is_accepted_quickly() -> None:
             PATHS["chat"], json=body("chat", fmt_with({"enum": [f"value-{i}" for i in range(20000)]}))
         )
     assert r.status_code == 200 and time.process_time() - started < 1.0
+
+
+async def test_the_engines_schema_check_runs_off_the_event_loop() -> None:
+    # An engine that compiles schemas (check_constraint) may take a while; the server must keep serving
+    # meanwhile. This check waits until a plain request has been answered: run on the event loop, it would
+    # block that request and time out (then the JSON request fails too).
+    app, engine = replay_app(CITY, rate=None)
+    entered, released = threading.Event(), threading.Event()
+    loops: list[bool] = []
+
+    def check_constraint(constraint: JSONConstraint) -> None:
+        try:
+            asyncio.get_running_loop()
+            loops.append(True)
+        except RuntimeError:
+            loops.append(False)
+        entered.set()
+        if not released.wait(10):
+            raise AssertionError("the plain request was not served while the schema compiled")
+
+    engine.check_constraint = check_constraint
+    async with asgi_client(app) as client:
+        slow = asyncio.ensure_future(client.post(PATHS["chat"], json=body("chat", FMT)))
+        assert await asyncio.to_thread(entered.wait, 10)
+        plain = await asyncio.wait_for(client.post(PATHS["chat"], json=body("chat", None)), 5)
+        released.set()
+        assert plain.status_code == 200 and (await slow).status_code == 200
+    assert loops == [False]
 
 
 class City(BaseModel):

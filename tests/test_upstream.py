@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -54,13 +54,14 @@ def sdk(url: str) -> openai.OpenAI:
 
 
 def chat_text(url: str, **extra: object) -> str:
-    stream = sdk(url).chat.completions.create(  # type: ignore[call-overload]  # **extra: any of the options
-        model="replay",
-        messages=MESSAGES,
-        stream=True,
-        **extra,
-    )
-    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    with sdk(url) as client:  # closed, so its pooled socket is not left for the garbage collector
+        stream = client.chat.completions.create(  # type: ignore[call-overload]  # **extra: any of the options
+            model="replay",
+            messages=MESSAGES,
+            stream=True,
+            **extra,
+        )
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
 
 def test_relays_exact_text_stops_and_usage_through_the_sdk() -> None:
@@ -438,7 +439,20 @@ def test_response_format_reaches_a_tokenrelay_replica_and_its_refusals_come_back
                 response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": {"not": {}}}},
             )
         assert info.value.body["param"] == "response_format.json_schema.schema.not"  # type: ignore[index]
-    assert seen == [
-        JSONConstraint(json.dumps(schema, separators=(",", ":")), name="city", strict=True),
-        JSONConstraint(),
-    ]
+        # Cut by max_tokens on the replica: the front relays the cut text and its "length", nothing closed.
+        with sdk(url) as client:
+            chunks = list(
+                client.chat.completions.create(
+                    model="replay",
+                    messages=MESSAGES,
+                    max_tokens=3,
+                    response_format=cast(Any, fmt),
+                    stream=True,
+                )
+            )
+        choices = [c.choices[0] for c in chunks if c.choices]
+        cut = "".join(c.delta.content or "" for c in choices)
+        assert choices[-1].finish_reason == "length"
+        assert '{"city": "Zürich"}'.startswith(cut) and 0 < len(cut) < len('{"city": "Zürich"}')
+    city = JSONConstraint(json.dumps(schema, separators=(",", ":")), name="city", strict=True)
+    assert seen == [city, JSONConstraint(), city]  # the bad schema never reached the replica

@@ -66,13 +66,21 @@ class JSONMask:
 
     def apply(self, ctx: Any, row: int) -> None:
         """Set the logits of every token the JSON cannot continue with to -inf (llama.cpp's row ``row``)."""
-        import llama_cpp as lc
-        import numpy as np
+        self.compute()
+        self.restrict(ctx, row)
 
+    def compute(self) -> None:
+        """llguidance's bitmask of the allowed tokens (one bit each) for the sequence's next token."""
         matcher = self._matcher
         matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)  # drops the GIL
         if matcher.is_error():
             raise EngineError(f"the JSON constraint failed: {matcher.get_error()}")
+
+    def restrict(self, ctx: Any, row: int) -> None:
+        """Apply the computed bitmask to llama.cpp's logits row ``row``."""
+        import llama_cpp as lc
+        import numpy as np
+
         allowed = np.unpackbits(self._bits, count=self._n_vocab, bitorder="little")
         logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, row), shape=(self._n_vocab,))
         logits[allowed == 0] = -np.inf
