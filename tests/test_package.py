@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,10 +44,29 @@ def test_readme_python_blocks_run() -> None:
     # constrain, so the reply is the text it is given).
     json_app, _ = replay_app('{"name": "Paris", "country": "France"}', rate=None)
     with serve(app) as url, serve(json_app) as json_url:
+        servers = {("127.0.0.1", int(u.rpartition(":")[2])) for u in (url, json_url)}
         for block in blocks:
             wants_json = "response_format" in block or "stream_json" in block
             code = block.replace("http://127.0.0.1:8000", json_url if wants_json else url)
-            exec(compile(code, "README.md", "exec"), {})
+            names: dict[str, object] = {}
+            exec(compile(code, "README.md", "exec"), names)
+            # While the block's names live, none of its connections is open: a client left open hands its
+            # socket to the garbage collector, which may finalize the socket first and warn (ResourceWarning)
+            # in whatever test runs then.
+            left_open = [sock for sock in _open_sockets() if _peer(sock) in servers]
+            assert not left_open, f"this README block leaves a connection open:\n{block}"
+            del names
+
+
+def _open_sockets() -> list[socket.socket]:
+    return [o for o in gc.get_objects() if isinstance(o, socket.socket) and o.fileno() != -1]
+
+
+def _peer(sock: socket.socket) -> object:
+    try:
+        return sock.getpeername()
+    except OSError:  # not connected
+        return None
 
 
 # Keep a Changelog: "## [Unreleased]" first, then released versions newest first, each "## [X.Y.Z] - DATE".
