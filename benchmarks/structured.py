@@ -114,7 +114,7 @@ def quartiles(values: list[float]) -> str:
 
 def throughput(args: argparse.Namespace) -> None:
     streams = [int(s) for s in args.streams.split(",")]
-    engine = LlamaCppEngine.load(n_parallel=max(streams), n_ctx=1024)
+    engine = LlamaCppEngine.load(n_parallel=max(streams), n_ctx=1024, n_threads=args.threads)
     plain = SamplingParams(max_tokens=args.tokens, temperature=0.0)
     constrained = SamplingParams(
         max_tokens=args.tokens, temperature=0.0, constraint=JSONConstraint(json.dumps(LONG))
@@ -300,6 +300,12 @@ def main() -> None:
     ap.add_argument("--streams", default="1,8")
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=8, help="rounds of each side (ABBA order)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="llama.cpp threads (default: the engine's); 1 avoids its spinning barrier on a busy machine",
+    )
     ap.add_argument("--profile", action="store_true", help="time the mask path and the decode steps")
     ap.add_argument("--mechanisms", action="store_true", help="compare llguidance and the grammar sampler")
     ap.add_argument("--mechanism-tokens", type=int, default=80)
