@@ -15,7 +15,6 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "starlette": "server",
     "pydantic": "server",
     "uvicorn": "server",
-    "h11": "server",  # uvicorn depends on it; server/run.py writes a body through uvicorn's h11 protocol
     "prometheus_client": "server",
     "jsonschema_rs": "server",  # response_format: a schema checked against its meta-schema
     "websockets": "server",  # uvicorn[standard] brings it; the doctor's --browser drives Chromium with it
