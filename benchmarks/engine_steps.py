@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine_concurrency import FOLLOW_UPS  # the servers' follow-up turns (benchmarks/ is on sys.path)
 from tokenrelay.engines._llama_native import GraphCounter, NativeModel
 from tokenrelay.engines.base import ChatMessage, SamplingParams
 from tokenrelay.engines.llamacpp import LlamaCppEngine, resolve_model_path
@@ -42,18 +43,6 @@ QUESTIONS = [
     "Explain the water cycle.",
     "What are volcanoes and plate tectonics?",
     "How do vaccines train the immune system?",
-]
-FOLLOW_UPS = [
-    "Tell me more.",
-    "Can you give an example?",
-    "Why is that?",
-    "What happened next?",
-    "Summarise that in one sentence.",
-    "What else should I know?",
-    "Is that always true?",
-    "How would you explain it to a child?",
-    "What is a common mistake here?",
-    "Thanks. One more detail, please.",
 ]
 
 
