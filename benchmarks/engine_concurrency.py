@@ -17,8 +17,11 @@ previous one's prompts in a cache:
 - ``multi-turn``: one conversation of ``--turns`` turns, each re-sending the whole history with the replies
   received so far, as the chat page and every SDK do: TTFT per turn.
 
-Reported per server and workload: aggregate decode tokens/s (completion tokens of all streams / wall time from
-the first request to the last [DONE]), TTFT p50/p95 (request sent → first content delta), and the prompt
+At 1 stream a round sends ``--one-stream-chats`` chats (5) one after another, each after the previous one's
+[DONE], with different questions: in ``shared`` the first reads the system prompt and the others find it cached
+(with the caches on). Reported per server and workload: aggregate decode tokens/s (completion tokens of all
+streams / wall time from the first request to the last [DONE]), TTFT p50/p95 (request sent → first content
+delta, over the round's chats), and the prompt
 tokens each read: llama-server's ``timings.prompt_n``/``cache_n`` (tokens computed / found in its cache) beside
 tokenrelay's ``/metrics`` counters (``tokenrelay_engine_prompt_tokens_read``/``_reused``), so a reader sees
 both did the same work. Medians over the rounds, with the spread (min–max), and tokenrelay's ratios to
@@ -56,7 +59,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,11 +231,18 @@ class Load:
     cached: int
 
 
-async def load(server: Server, first_messages: list[Messages], tokens: int) -> Load:
+async def load(
+    server: Server, first_messages: list[Messages], tokens: int, *, one_by_one: bool = False
+) -> Load:
+    """The chats all at once, or ``one_by_one`` (a single stream, each chat after the previous one's [DONE]):
+    tokens/s over the wall time of them all, TTFT percentiles over the chats."""
     async with client() as http:
         read0, reused0 = await prompt_counters(http, server)
         started = time.perf_counter()
-        replies = await asyncio.gather(*(one_stream(http, server, m, tokens) for m in first_messages))
+        if one_by_one:
+            replies = [await one_stream(http, server, m, tokens) for m in first_messages]
+        else:
+            replies = await asyncio.gather(*(one_stream(http, server, m, tokens) for m in first_messages))
         wall = time.perf_counter() - started
         read1, reused1 = await prompt_counters(http, server)
     ttfts = sorted(r.ttft for r in replies)
@@ -316,6 +326,32 @@ async def stall(server: Server, long_words: int) -> dict[str, float]:
     }
 
 
+def paired(
+    a: Server, b: Server, kinds: Sequence[str], levels: Sequence[int], pairs: int, tokens: int
+) -> dict[tuple[str, int], list[tuple[Load, Load]]]:
+    """Both servers up at once (the one not measured sits idle: neither uses CPU between requests), the same
+    load sent to one then the other, ``pairs`` times per workload and level, the order alternating: a slow
+    minute of the machine then falls on both sides of a pair. Returns (a's, b's) per pair."""
+    out: dict[tuple[str, int], list[tuple[Load, Load]]] = {}
+    with running(a), running(b):
+        asyncio.run(warm(a))
+        asyncio.run(warm(b))
+        for kind, n in itertools.product(kinds, levels):
+            for i in range(pairs):
+                messages = chats(kind, n, f"pair {i}.{n}")  # the same prompts for both
+                first, second = (a, b) if i % 2 == 0 else (b, a)
+                done = {s.name: asyncio.run(load(s, messages, tokens)) for s in (first, second)}
+                out.setdefault((kind, n), []).append((done[a.name], done[b.name]))
+            runs = out[kind, n]
+            print(
+                f"  {a.name} / {b.name} {kind} {n}: tok/s "
+                f"{statistics.median(x.tok_s / y.tok_s for x, y in runs):.2f}×, TTFT p50 "
+                f"{statistics.median(x.ttft_p50 / y.ttft_p50 for x, y in runs):.2f}× (medians of {pairs} pairs)",
+                flush=True,
+            )
+    return out
+
+
 def llama_cpp_python_alone(model: Path, tokens: int, threads: int) -> float:
     from llama_cpp import Llama
 
@@ -358,7 +394,10 @@ def servers(args: argparse.Namespace, model: Path) -> list[Server]:
     ]
     tr += ["--log-level", "warning"]
     out = []
-    variants = [("tokenrelay", [], {}), ("tokenrelay-nocache", ["--no-prefix-cache"], {})]
+    variants: list[tuple[str, list[str], dict[str, str]]] = [
+        ("tokenrelay", [], {}),
+        ("tokenrelay-nocache", ["--no-prefix-cache"], {}),
+    ]
     for spec in args.variant:  # NAME=ARGS: ENV:KEY=VALUE words set the server's environment
         name, _, rest = spec.partition("=")
         words = shlex.split(rest)
@@ -429,11 +468,23 @@ def main() -> None:
     ap.add_argument("--turn-tokens", type=int, default=64, help="max_tokens of each multi-turn reply")
     ap.add_argument("--rounds", type=int, default=3, help="every server runs every workload once a round")
     ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument(
+        "--one-stream-chats",
+        type=int,
+        default=5,
+        help="chats a round at 1 stream, one after another (TTFT p50 over them)",
+    )
     ap.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--only", default="", help="comma-separated server names (default: all four)")
     ap.add_argument(
-        "--workloads", default="load,turns", help="any of load (1 and 8 streams), turns (multi-turn), stall"
+        "--workloads",
+        default="load,turns",
+        help="any of load (1 and 8 streams), turns (multi-turn), stall, paired (tokenrelay and llama-server "
+        "up together, loads alternating between them)",
+    )
+    ap.add_argument(
+        "--pairs", type=int, default=10, help="paired: loads sent to each side, per workload and level"
     )
     ap.add_argument("--stall-words", type=int, default=1200)
     ap.add_argument("--lock", type=Path, default=None, help="flock this file during each round")
@@ -457,7 +508,7 @@ def main() -> None:
     turns: dict[str, list[list[tuple[float, int, int]]]] = {s.name: [] for s in fleet}
     stalls: dict[str, list[dict[str, float]]] = {s.name: [] for s in fleet}
     alone: list[float] = []
-    for rnd in range(args.rounds):
+    for rnd in range(args.rounds if workloads & {"load", "turns", "stall"} else 0):
         # The servers' order turns every round, so none always runs first or last. The lock is held for one
         # server at a time, so a long run leaves gaps for other measurements.
         for server in fleet[rnd % len(fleet) :] + fleet[: rnd % len(fleet)]:
@@ -465,7 +516,9 @@ def main() -> None:
                 began = time.perf_counter()
                 asyncio.run(warm(server))
                 for kind, n in itertools.product(kinds, levels) if "load" in workloads else ():
-                    result = asyncio.run(load(server, chats(kind, n, f"{rnd}.{n}"), args.tokens))
+                    # One stream: --one-stream-chats chats one after another (one TTFT a round is too noisy).
+                    messages = chats(kind, args.one_stream_chats if n == 1 else n, f"{rnd}.{n}")
+                    result = asyncio.run(load(server, messages, args.tokens, one_by_one=n == 1))
                     loads.setdefault((server.name, kind, n), []).append(result)
                     print(
                         f"  {server.name} {kind} {n}: {result.tok_s:.1f} tok/s, "
@@ -491,6 +544,37 @@ def main() -> None:
         if args.json is not None:
             dump(args.json, loads, turns, stalls, alone)
 
+    pairs_out: dict[str, dict[tuple[str, int], list[tuple[Load, Load]]]] = {}
+    if "paired" in workloads:
+        by_name = {s.name: s for s in fleet}
+        for tr, ls in (("tokenrelay", "llama-server"), ("tokenrelay-nocache", "llama-server-nocache")):
+            if tr in by_name and ls in by_name:
+                with holding(args.lock):
+                    pairs_out[tr] = paired(by_name[tr], by_name[ls], kinds, levels, args.pairs, args.tokens)
+        if args.json is not None:
+            args.json.with_suffix(".paired.json").write_text(
+                json.dumps(
+                    {
+                        f"{tr} {kind} {n}": [[x.__dict__, y.__dict__] for x, y in both]
+                        for tr, per in pairs_out.items()
+                        for (kind, n), both in per.items()
+                    },
+                    indent=1,
+                )
+            )
+    if pairs_out:
+        print(f"\nPaired (both up, alternating; {args.pairs} pairs each): tokenrelay / llama-server")
+        for tr, per in pairs_out.items():
+            for (kind, n), both in per.items():
+                pair_rate = [x.tok_s / y.tok_s for x, y in both]
+                pair_ttft = [x.ttft_p50 / y.ttft_p50 for x, y in both]
+                print(
+                    f"  {tr:<19} {kind:<9} {n} streams: tok/s {spread(pair_rate, fmt='.2f')}×, faster in "
+                    f"{sum(r > 1 for r in pair_rate)}/{len(both)}; TTFT p50 {spread(pair_ttft, fmt='.2f')}×, lower in "
+                    f"{sum(t < 1 for t in pair_ttft)}/{len(both)}"
+                )
+    if not workloads & {"load", "turns", "stall"}:
+        return
     print(
         f"\nSmolLM2-135M-Instruct Q4_1, {args.threads} threads, --parallel {args.parallel}, {args.tokens} tokens a "
         f"stream, medians of {args.rounds} rounds (min–max)"
