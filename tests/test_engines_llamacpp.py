@@ -346,3 +346,43 @@ async def test_a_full_sequence_ends_with_length_never_a_crash() -> None:
         assert info.value.code == "context_length_exceeded"
     finally:
         await engine.aclose()
+
+
+def test_argmax_takes_the_first_of_equal_maxima() -> None:
+    import ctypes
+
+    from tokenrelay.engines._llama_native import argmax
+
+    row = (ctypes.c_float * 6)(-1.0, 2.5, 7.0, 7.0, 0.0, 7.0)
+    assert argmax(ctypes.cast(row, ctypes.POINTER(ctypes.c_float)), 6) == 2
+    assert argmax(ctypes.cast(row, ctypes.POINTER(ctypes.c_float)), 2) == 1  # only the first n_vocab count
+
+
+def test_the_greedy_fast_path_picks_llama_cpps_greedy_token_at_every_step() -> None:
+    """A greedy request's token comes from ``argmax`` of its logits row; llama.cpp's own greedy sampler chain,
+    run on the same row, picks the same token, step after step of a real reply (60 steps)."""
+    import llama_cpp as lc
+
+    from tokenrelay.engines._llama_native import BatchEntry, NativeModel, Sampler, argmax
+
+    native = NativeModel.load(resolve_model_path("smollm2"), n_threads=2, n_parallel=1, n_ctx_seq=256)
+    fast = Sampler(0.0, 1.0, None)
+    chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+    try:
+        assert fast.greedy and not Sampler(0.7, 1.0, 1).greedy
+        prompt = native.tokenize(b"Write a poem about the sea.", add_bos=True, special=False)
+        rows = native.decode([BatchEntry(t, p, 0, p == len(prompt) - 1) for p, t in enumerate(prompt)])
+        row, pos, picked = rows[-1], len(prompt), []
+        for _ in range(60):
+            token = native.sample(fast, row)
+            assert token == argmax(lc.llama_get_logits_ith(native._ctx, row), native.n_vocab)
+            assert token == lc.llama_sampler_sample(chain, native._ctx, row)
+            picked.append(token)
+            (row,) = native.decode([BatchEntry(token, pos, 0, True)])
+            pos += 1
+        assert len(set(picked)) > 10  # a real reply, not one token repeated
+    finally:
+        lc.llama_sampler_free(chain)
+        fast.close()
+        native.close()
