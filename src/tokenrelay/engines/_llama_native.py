@@ -14,14 +14,14 @@ event loop runs while a step computes. The object is not thread-safe: one worker
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from tokenrelay._errors import ConfigError, EngineError
 from tokenrelay.engines._batching import BatchEntry
 
-__all__ = ["BatchEntry", "GraphCounter", "Mask", "NativeModel", "Sampler", "argmax"]
+__all__ = ["BatchEntry", "GraphCounter", "Mask", "NativeModel", "Sampler"]
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: "draw a random seed", as the OpenAI API does
 
@@ -43,8 +43,6 @@ class Sampler:
         import llama_cpp as lc
 
         self._mask = mask
-        self.greedy = temperature == 0.0 and mask is None
-        """Sampled by :func:`argmax` of the logits row, not through the chain (the same token, see there)."""
         # OpenAI semantics: only temperature and top_p shape the distribution; the order (top-p, then
         # temperature, then the draw) is llama-cpp-python's own, so a seeded reply matches Llama.generate's.
         chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
@@ -59,11 +57,9 @@ class Sampler:
             )
         self._chain: Any = chain
 
-    def sample(self, ctx: Any, row: int, n_vocab: int) -> int:
+    def sample(self, ctx: Any, row: int) -> int:
         import llama_cpp as lc
 
-        if self.greedy:
-            return argmax(lc.llama_get_logits_ith(ctx, row), n_vocab)
         mask = self._mask
         if mask is None:
             # llama_sampler_sample also "accepts" the token into the chain's state (a no-op for these samplers).
@@ -79,16 +75,6 @@ class Sampler:
         if self._chain is not None:
             lc.llama_sampler_free(self._chain)
             self._chain = None
-
-
-def argmax(logits: Any, n_vocab: int) -> int:
-    """The id of the largest of ``n_vocab`` logits (a ctypes float pointer), the first one on a tie: the token
-    llama.cpp's greedy sampler picks (it keeps the first maximum too). NumPy reads the row where it lies, in
-    33 µs for SmolLM2's 49,152 ids here, where ``llama_sampler_sample`` with the greedy sampler takes 162 µs
-    (it first fills a candidate array of every id): greedy requests go this way."""
-    import numpy as np
-
-    return int(np.ctypeslib.as_array(logits, shape=(n_vocab,)).argmax())
 
 
 class _TensorHead(ctypes.Structure):
@@ -238,10 +224,9 @@ class NativeModel:
 
     # -- decoding --------------------------------------------------------------------------------------------
 
-    def decode(self, entries: Sequence[BatchEntry], *, before: Callable[[], None] | None = None) -> list[int]:
+    def decode(self, entries: Sequence[BatchEntry]) -> list[int]:
         """One ``llama_decode`` over ``entries`` (at most ``n_batch``); returns the logits row of each entry
-        that asked for logits, in order (``-1`` for the others). ``before`` is called once the batch is
-        filled, just before the decode starts."""
+        that asked for logits, in order (``-1`` for the others)."""
         import llama_cpp as lc
 
         if not 0 < len(entries) <= self.n_batch:
@@ -263,8 +248,6 @@ class NativeModel:
             logits[i] = entry.logits
             rows.append(i if entry.logits else -1)
         batch.n_tokens = len(entries)
-        if before is not None:
-            before()
         status = lc.llama_decode(self._ctx, batch)
         if status != 0:
             raise EngineError(f"llama_decode failed with status {status} on a step of {len(entries)} tokens")
@@ -278,7 +261,7 @@ class NativeModel:
         return int(lc.llama_perf_context(self._ctx).n_reused)
 
     def sample(self, sampler: Sampler, row: int) -> int:
-        return sampler.sample(self._ctx, row, self.n_vocab)
+        return sampler.sample(self._ctx, row)
 
     def forget(self, seq: int, *, start: int = 0) -> bool:
         """Free the KV cells of ``seq`` from position ``start`` on (all of them by default), so the next

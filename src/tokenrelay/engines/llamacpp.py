@@ -132,39 +132,6 @@ class _Request:
             self.cancelled = True
 
 
-class _Outbox:
-    """What the worker hands to requests' event loops, held until :meth:`flush`: one ``call_soon_threadsafe``
-    per loop for a whole step's tokens, made just before the next ``llama_decode`` (``NativeModel.decode``'s
-    ``before``). Delivering each token as it was sampled woke the event loop mid-step, and its Python (a
-    token's detokenizing and SSE frame) then held the GIL the worker needed to start the next step: the loop's
-    work on a step's tokens ran before that step instead of during it."""
-
-    def __init__(self) -> None:
-        self._items: list[tuple[_Request, object]] = []
-
-    def add(self, request: _Request, item: object) -> None:
-        self._items.append((request, item))
-
-    def flush(self) -> None:
-        if not self._items:
-            return
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Request, object]]] = {}
-        for request, item in self._items:
-            by_loop.setdefault(request.loop, []).append((request, item))
-        self._items = []
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_put_all, items)
-            except RuntimeError:  # the loop is closed: nobody is reading any more
-                for request, _ in items:
-                    request.cancelled = True
-
-
-def _put_all(items: list[tuple[_Request, object]]) -> None:
-    for request, item in items:
-        request.tokens.put_nowait(item)
-
-
 @dataclass
 class _Running:
     request: _Request
@@ -415,7 +382,6 @@ class LlamaCppEngine:
         running: list[_Running] = []
         barriers: list[threading.Event] = []
         closing = False
-        outbox = _Outbox()
 
         def release(run: _Running, final: object, *, cells_known: bool = True) -> None:
             running.remove(run)
@@ -427,13 +393,11 @@ class LlamaCppEngine:
                 pool.release(seq, ())
             run.sampler.close()
             if final is not None:
-                outbox.add(run.request, final)
+                run.request.deliver(final)
 
         while True:
-            # Take what arrived; block only when there is nothing to compute (and nothing left to hand over).
+            # Take what arrived; block only when there is nothing to compute.
             block = not running and not waiting and not closing
-            if block:
-                outbox.flush()
             while True:
                 try:
                     item = self._inbox.get(block=block)
@@ -451,7 +415,6 @@ class LlamaCppEngine:
             for request in [r for r in waiting if r.cancelled]:
                 waiting.remove(request)
             if closing:
-                outbox.flush()
                 for run in list(running):
                     release(run, EngineError(f"{self._model}: the engine was closed"))
                 for request in waiting:
@@ -480,14 +443,12 @@ class LlamaCppEngine:
                 sampler = Sampler(params.temperature, params.top_p, params.seed, request.mask)
                 running.append(_Running(request, slot, sampler))
             if running:
-                self._step(running, release, outbox)
-            if barriers:
-                outbox.flush()
+                self._step(running, release)
             for barrier in barriers:
                 barrier.set()
             barriers.clear()
 
-    def _step(self, running: list[_Running], release: Callable[..., None], outbox: _Outbox) -> None:
+    def _step(self, running: list[_Running], release: Callable[..., None]) -> None:
         native = self._native
         by_slot = {id(run.slot): run for run in running}
         fed = sum(run.slot.fed for run in running)
@@ -497,7 +458,7 @@ class LlamaCppEngine:
         self.prompt_tokens_read += sum(run.slot.fed for run in running) - fed
         started = time.perf_counter()
         try:
-            rows = native.decode(entries, before=outbox.flush)  # the last step's tokens, as this one starts
+            rows = native.decode(entries)
         except Exception as exc:  # a failed step fails every request in it; the engine keeps serving
             error = (
                 exc
@@ -518,7 +479,7 @@ class LlamaCppEngine:
                 continue
             slot.accept(token)
             if not run.request.cancelled:
-                outbox.add(run.request, timed_ids((token,), started, time.perf_counter()))
+                run.request.deliver(timed_ids((token,), started, time.perf_counter()))
             if slot.done:
                 release(run, _END)
 
