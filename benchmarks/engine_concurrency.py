@@ -28,6 +28,11 @@ both did the same work. Medians over the rounds, with the spread (min–max), an
 llama-server with caches on for both and off for both. llama-cpp-python's own single-stream loop
 (``Llama.create_chat_completion``) is timed on the same prompt as the 1-stream reference.
 
+``--workloads paired`` (``--pairs N``): tokenrelay and llama-server up at once (caches on for both, then off),
+the same load sent to one and then the other, the order alternating, and the per-pair ratios; a slow minute
+of the machine then falls on both sides of a pair, where the rounds above may give it to one server alone.
+``ttft_parts.py`` says where a one-stream TTFT goes in each server.
+
 ``--workloads stall`` adds the prefill stall: one stream is running when a long prompt arrives; the running stream's
 longest gap and the time until the long prompt's one-token reply.
 
