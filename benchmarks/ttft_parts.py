@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,8 @@ from tokenrelay.engines.llamacpp import resolve_model_path
 MARKS = ("intake", "intake_done", "detokenizer", "detokenizer_done", "handed", "decode", "decoded", "sent")
 
 
-def serve_instrumented(port: int, threads: int) -> None:
-    """tokenrelay serve with its pieces wrapped; one JSON line of marks per chat request on stdout."""
+def serve_instrumented(port: int, threads: int, marks_file: Path) -> None:
+    """tokenrelay serve with its pieces wrapped; one JSON line of marks per chat request to ``marks_file``."""
     import tokenrelay.engines.base as base
     import tokenrelay.server.run as run
     from tokenrelay.engines.llamacpp import LlamaCppEngine
@@ -87,7 +88,8 @@ def serve_instrumented(port: int, threads: int) -> None:
                 if b'"content":"' in body and b'"content":""' not in body:
                     mark("sent")
                 if message["type"] == "http.response.body" and not message.get("more_body", False):
-                    print(json.dumps(marks), flush=True)
+                    with marks_file.open("a") as out:
+                        out.write(json.dumps(marks) + "\n")
                 await send(message)
 
             return await app(scope, receive, sending)
@@ -124,74 +126,40 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=10)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--llama-server", type=Path, default=ec.DEFAULT_LLAMA_SERVER)
-    ap.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)  # the instrumented child
+    ap.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)  # the instrumented child's port
+    ap.add_argument("--marks", type=Path, default=None, help=argparse.SUPPRESS)  # where the child writes
     args = ap.parse_args()
     if args.serve:
-        serve_instrumented(args.serve, args.threads)
+        serve_instrumented(args.serve, args.threads, args.marks)
         return
-    import subprocess
-
     model = resolve_model_path("smollm2")
-    port = ec.free_port()
-    tr = ec.Server(
-        "tokenrelay", [sys.executable, __file__, "--serve", str(port), "--threads", str(args.threads)], ""
-    )
-    tr.url = f"http://127.0.0.1:{port}"
-    ls_port = ec.free_port()
-    ls = ec.Server(
-        "llama-server",
-        [
-            *(str(args.llama_server), "-m", str(model), "--host", "127.0.0.1", "--port", str(ls_port)),
-            *(
-                "--parallel",
-                "8",
-                "-c",
-                "16384",
-                "-t",
-                str(args.threads),
-                "-tb",
-                str(args.threads),
-                "--no-webui",
-            ),
-        ],
-        f"http://127.0.0.1:{ls_port}",
-        tokenrelay=False,
-    )
+    # llama-server as engine_concurrency starts it (its defaults: caches on), and this script as tokenrelay.
+    fleet = ec.servers(argparse.Namespace(**vars(args), parallel=8, variant=[]), model)
+    ls = next(s for s in fleet if s.name == "llama-server")
     rows: dict[str, list[dict[str, float]]] = {"tokenrelay": [], "llama-server": []}
-    child = subprocess.Popen(tr.argv, stdout=subprocess.PIPE, text=True)
-    try:
-        with ec.running(ls):
-            deadline = time.monotonic() + 180
-            while True:
-                try:
-                    if httpx.get(tr.url + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or child.poll() is not None:
-                    raise SystemExit("the instrumented tokenrelay did not start")
-                time.sleep(0.25)
+    with tempfile.TemporaryDirectory() as tmp:
+        marks_file = Path(tmp) / "marks.jsonl"
+        port = ec.free_port()
+        argv = [sys.executable, __file__, "--serve", str(port), "--marks", str(marks_file)]
+        tr = ec.Server("tokenrelay", [*argv, "--threads", str(args.threads)], f"http://127.0.0.1:{port}")
 
-            async def drive() -> None:
-                async with ec.client() as http:
-                    for server in (tr, ls):
-                        await ask(http, server.url, [{"role": "user", "content": "Hi"}])
-                    for i, messages in enumerate(
-                        ec.chats("distinct", 2 * args.requests, f"parts {time.time():.0f}")
-                    ):
-                        server = (tr, ls)[i % 2]
-                        sent, ttft, timings = await ask(http, server.url, messages)
-                        row = {"sent": sent, "ttft": ttft * 1e3}
-                        if timings:
-                            row["prompt"] = float(timings["prompt_ms"])
-                            row["prompt_n"] = float(timings["prompt_n"])
-                        rows[server.name].append(row)
+        async def drive() -> None:
+            async with ec.client() as http:
+                for server in (tr, ls):
+                    await ask(http, server.url, [{"role": "user", "content": "Hi"}])
+                for i, messages in enumerate(
+                    ec.chats("distinct", 2 * args.requests, f"parts {time.time():.0f}")
+                ):
+                    server = (tr, ls)[i % 2]
+                    sent, ttft, timings = await ask(http, server.url, messages)
+                    row = {"sent": sent, "ttft": ttft * 1e3}
+                    if timings:
+                        row["prompt"] = float(timings["prompt_ms"])
+                    rows[server.name].append(row)
 
+        with ec.running(tr), ec.running(ls):
             asyncio.run(drive())
-    finally:
-        child.terminate()
-        out, _ = child.communicate(timeout=30)
-        lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        lines = [json.loads(line) for line in marks_file.read_text().splitlines()]
     measured = lines[1:]  # the first is the warm-up
     parts: dict[str, list[float]] = {}
     for m, row in zip(measured, rows["tokenrelay"], strict=False):
