@@ -72,8 +72,8 @@ from typing import Any
 
 import httpx
 
-from tokenrelay._sse import SSEParser
 from tokenrelay.engines.llamacpp import resolve_model_path
+from tokenrelay.wire._sse import SSEParser
 
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "tokenrelay" / "llama-server" / "llama-server"
 TOPICS = [

@@ -69,8 +69,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from tokenrelay._sse import SSEParser  # noqa: E402
 from tokenrelay._stream import percentile  # noqa: E402  (the project's one percentile definition)
+from tokenrelay.wire._sse import SSEParser  # noqa: E402
 
 FRONTS = (
     "none",

@@ -27,12 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tokenrelay._detokenizer import Detokenizer
-from tokenrelay._openai import DONE, ChatChunkWriter
 from tokenrelay._protocols import Tokenizer
-from tokenrelay._sse import encode_event
 from tokenrelay._stream import Finished, TextDelta, TextStream
 from tokenrelay.engines import ReplayEngine, SamplingParams
 from tokenrelay.tokenizers import load_tokenizer
+from tokenrelay.wire._chat import DONE, ChatChunkWriter
+from tokenrelay.wire._sse import encode_event
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "multilingual.txt"
 STOPS = ["\n\nUser:", "<|im_end|>", "###", "STOP-SEQUENCE-NEVER-SEEN"]

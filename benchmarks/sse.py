@@ -39,8 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from tokenrelay._openai import ChatChunkWriter
-from tokenrelay._sse import SSEParser, encode_event
+from tokenrelay.wire._chat import ChatChunkWriter
+from tokenrelay.wire._sse import SSEParser, encode_event
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "multilingual.txt"
 Parser = Callable[[list[bytes]], Iterator[tuple[str, str]]]

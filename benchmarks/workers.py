@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from tiny_tokenizers import corpus_text  # noqa: E402  (the multilingual corpus of the tests)
-from tokenrelay._sse import SSEParser  # noqa: E402
+from tokenrelay.wire._sse import SSEParser  # noqa: E402
 
 TOKENRELAY = [sys.executable, "-m", "tokenrelay", "serve"]
 USAGE = re.compile(rb'"completion_tokens":\s*(\d+)')

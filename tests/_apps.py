@@ -17,7 +17,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from tokenrelay._errors import EngineError, NotFoundError
-from tokenrelay._openai import (
+from tokenrelay._stream import Usage
+from tokenrelay.wire._chat import (
     DONE,
     ChatChunkWriter,
     TextChunkWriter,
@@ -25,8 +26,7 @@ from tokenrelay._openai import (
     error_event,
     text_completion,
 )
-from tokenrelay._sse import encode_event
-from tokenrelay._stream import Usage
+from tokenrelay.wire._sse import encode_event
 
 REPLY = ["नम", "स्ते", " 👩‍💻", " 你好", "，", "世界", "!"]
 USAGE = Usage(prompt_tokens=7, completion_tokens=len(REPLY))

@@ -17,7 +17,6 @@ from tokenrelay._errors import (
     StreamTruncated,
     TokenRelayError,
 )
-from tokenrelay._sse import ServerSentEvent
 from tokenrelay.client import (
     ChatDelta,
     ChatResult,
@@ -27,6 +26,7 @@ from tokenrelay.client import (
     iter_events,
     stream_chat,
 )
+from tokenrelay.wire._sse import ServerSentEvent
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 VISITS = Visits()

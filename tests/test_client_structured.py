@@ -36,7 +36,6 @@ from tokenrelay import (
 )
 from tokenrelay._extras import MissingExtraError
 from tokenrelay._json_events import join_events
-from tokenrelay._openai import DONE, ChatChunkWriter
 from tokenrelay.client import (
     JSONResult,
     JSONUpdate,
@@ -44,6 +43,7 @@ from tokenrelay.client import (
     response_format_for,
     stream_json,
 )
+from tokenrelay.wire._chat import DONE, ChatChunkWriter
 
 
 class City(pydantic.BaseModel):

@@ -21,10 +21,10 @@ from starlette.applications import Starlette
 from starlette.routing import Mount, Router
 
 from _uvicorn import serve
-from tokenrelay._sse import SSEParser
 from tokenrelay.doctor._payload import DiagnosticPlan, parse_schedule
 from tokenrelay.server.diagnostics import DiagnosticsRegistry, add_diagnostics_routes, diagnostics_routes
 from tokenrelay.server.responses import OPENING, STREAM_HEADERS
+from tokenrelay.wire._sse import SSEParser
 
 PROTOCOLS = ["h11"] + (["httptools"] if importlib.util.find_spec("httptools") else [])
 

@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from tokenrelay._errors import TokenRelayError
-from tokenrelay._openai_reader import ChatStreamDecoder
-from tokenrelay._sse import ServerSentEvent
 from tokenrelay.doctor._checks import (
     FIX_COMPRESSION,
     FIX_NAIVE_SPLIT,
@@ -25,6 +23,8 @@ from tokenrelay.doctor._diagnose import chunk_text, diagnose_chat, diagnose_diag
 from tokenrelay.doctor._payload import DiagnosticPlan, Schedule
 from tokenrelay.doctor._recording import CancelObservation, Chunk, Exchange
 from tokenrelay.doctor._report import Report, Status
+from tokenrelay.wire._chat_reader import ChatStreamDecoder
+from tokenrelay.wire._sse import ServerSentEvent
 
 PLAN = DiagnosticPlan("chk", seed=11, events=30, cadence_ms=50.0)
 SSE = {

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenrelay._sse import SSEParser
 from tokenrelay.doctor._payload import (
     EOLS,
     MODEL,
@@ -22,6 +21,7 @@ from tokenrelay.doctor._payload import (
     parse_schedule,
 )
 from tokenrelay.doctor._recording import naive_event_count
+from tokenrelay.wire._sse import SSEParser
 
 
 def plan(**kw: object) -> DiagnosticPlan:

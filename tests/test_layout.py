@@ -162,9 +162,26 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 
 def test_the_core_is_every_underscore_module() -> None:
-    expected = {"_detokenizer", "_errors", "_openai", "_protocols", "_sse", "_stops", "_stream", "_window"}
+    expected = {
+        "_detokenizer",
+        "_errors",
+        "_protocols",
+        "_stops",
+        "_stream",
+        "_window",
+        "wire._chat",
+        "wire._sse",
+    }
     assert {f"tokenrelay.{m}" for m in expected} <= set(CORE)
     assert {"tokenrelay.engines._batching", "tokenrelay.doctor._verdict"} <= set(CORE)
+
+
+def test_the_wire_is_all_core() -> None:
+    """``wire/`` holds each dialect's writer and reader and the SSE framing: every module in it is sans-I/O, and
+    its package module imports nothing (importing one dialect never loads another)."""
+    wire = [name for name in MODULES if name.startswith("tokenrelay.wire.")]
+    assert wire and all(name in CORE for name in wire)
+    assert imported_names("tokenrelay.wire", type_checking=True) == set()
 
 
 @pytest.mark.parametrize("name", CORE)

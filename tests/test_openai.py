@@ -27,7 +27,8 @@ from tokenrelay._errors import (
     TokenRelayError,
     UseAfterFinishError,
 )
-from tokenrelay._openai import (
+from tokenrelay._stream import Usage
+from tokenrelay.wire._chat import (
     DONE,
     ChatChunkWriter,
     TextChunkWriter,
@@ -36,9 +37,8 @@ from tokenrelay._openai import (
     json_bytes,
     text_completion,
 )
-from tokenrelay._openai_reader import ChatStreamDecoder, error_from_body
-from tokenrelay._sse import ServerSentEvent, SSEParser
-from tokenrelay._stream import Usage
+from tokenrelay.wire._chat_reader import ChatStreamDecoder, error_from_body
+from tokenrelay.wire._sse import ServerSentEvent, SSEParser
 
 
 # A writer renders one stream: a new one for each (after its finish() it writes nothing but usage).

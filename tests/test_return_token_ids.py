@@ -11,8 +11,8 @@ from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from _uvicorn import serve
 from server_helpers import replay_app
 from tokenrelay import Detokenizer
-from tokenrelay._openai import ChatChunkWriter, TextChunkWriter
-from tokenrelay._sse import SSEParser
+from tokenrelay.wire._chat import ChatChunkWriter, TextChunkWriter
+from tokenrelay.wire._sse import SSEParser
 
 TEXT = "Tea ☕ for 🦙 llamas, नमस्ते.\nDone"
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]

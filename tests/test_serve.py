@@ -15,7 +15,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from server_helpers import raw_post, read_chat_stream, read_timed, serve_process, split_response
-from tokenrelay._sse import SSEParser
+from tokenrelay.wire._sse import SSEParser
 
 
 def test_serve_the_embedded_model_to_the_official_sdk() -> None:

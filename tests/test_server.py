@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from _uvicorn import serve
 from server_helpers import asgi_client, raw_post, read_timed, replay_app, split_response
 from tiny_tokenizers import corpus_text
-from tokenrelay._sse import SSEParser
+from tokenrelay.wire._sse import SSEParser
 
 CHAT = {"model": "replay", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 

@@ -16,8 +16,8 @@ import pytest
 from _uvicorn import serve_relay
 from server_helpers import asgi_client, replay_app
 from tokenrelay import load_tokenizer
-from tokenrelay._openai_reader import ChatStreamDecoder
-from tokenrelay._sse import SSEParser
+from tokenrelay.wire._chat_reader import ChatStreamDecoder
+from tokenrelay.wire._sse import SSEParser
 
 WEATHER: dict[str, Any] = {
     "type": "function",
@@ -158,7 +158,8 @@ async def test_a_malformed_call_is_an_error_event_or_an_error_response() -> None
         'Sure <tool_call>{"name": "get_weather", "arguments": {"city": 12]}}</tool_call>', rate=None
     )[0]
     r = await post(app, chat(True))
-    last = [line for line in r.text.splitlines() if line.startswith("data: ")][-1]
+    *_, last, done = [line for line in r.text.splitlines() if line.startswith("data: ")]
+    assert done == "data: [DONE]"  # as every failed stream ends (one writer for every reply)
     error = json.loads(last[6:])["error"]
     assert error["code"] == "invalid_tool_call" and error["type"] == "server_error"
     decoder = ChatStreamDecoder()

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from _cuts import cut_at, cuttings
 from tokenrelay._errors import ProtocolError, UseAfterFinishError
-from tokenrelay._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser, encode_event
+from tokenrelay.wire._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser, encode_event
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "sse.json").read_text(encoding="utf-8"))["vectors"]
 

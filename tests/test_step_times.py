@@ -16,12 +16,12 @@ from openai.types.chat import ChatCompletionChunk
 from _uvicorn import serve
 from server_helpers import replay_app
 from tokenrelay import load_tokenizer
-from tokenrelay._openai import ChatChunkWriter, TextChunkWriter, timed_frame
 from tokenrelay._protocols import Tokenizer
-from tokenrelay._sse import SSEParser
 from tokenrelay._stream import StepTime, StepTimeline, TextDelta, Usage
 from tokenrelay.engines.base import Prompt, SamplingParams, Step, TextStep, TimedIds, stream_events, timed_ids
 from tokenrelay.engines.replay import ReplayEngine
+from tokenrelay.wire._chat import ChatChunkWriter, TextChunkWriter, timed_frame
+from tokenrelay.wire._sse import SSEParser
 
 TEXT = "Tea ☕ for 🦙 llamas, नमस्ते."
 MESSAGES = [{"role": "user", "content": "hi"}]

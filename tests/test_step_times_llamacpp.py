@@ -15,11 +15,11 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from _uvicorn import serve
-from tokenrelay._sse import SSEParser
 from tokenrelay._stream import Event, Finished, StepTime
 from tokenrelay.engines.base import ChatMessage, SamplingParams, stream_events
 from tokenrelay.engines.llamacpp import LlamaCppEngine
 from tokenrelay.server import ServerConfig, create_app
+from tokenrelay.wire._sse import SSEParser
 
 CHAT: list[ChatMessage] = [{"role": "user", "content": "Write a haiku about tea ☕."}]
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0)

@@ -26,15 +26,15 @@ from ._errors import (
     UseAfterFinishError,
 )
 from ._json_events import JSONEvent, JSONPath, JSONValue, StringGrew, ValueCompleted, ValueStarted
-from ._openai import ChatChunkWriter, TextChunkWriter, chat_completion, error_event, text_completion
-from ._openai_reader import ChatStreamDecoder
 from ._partial_json import PartialJSON
 from ._protocols import ByteTable, Tokenizer
-from ._sse import ServerSentEvent, SSEParser, encode_event
 from ._stops import StopMatcher
 from ._stream import Event, Finished, FinishReason, TextDelta, TextStream, Timings, Usage
 from ._tool_calls import ToolCallExtractor
 from .tokenizers import load_tokenizer
+from .wire._chat import ChatChunkWriter, TextChunkWriter, chat_completion, error_event, text_completion
+from .wire._chat_reader import ChatStreamDecoder
+from .wire._sse import ServerSentEvent, SSEParser, encode_event
 
 __version__ = "0.1.0"
 

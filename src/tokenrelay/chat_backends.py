@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tokenrelay._errors import ProtocolError, TokenRelayError
-from tokenrelay._openai_reader import error_from_body
 from tokenrelay._stream import Timings, Usage
+from tokenrelay.wire._chat_reader import error_from_body
 
 if TYPE_CHECKING:
-    from tokenrelay._sse import ServerSentEvent
     from tokenrelay.engines import Engine
+    from tokenrelay.wire._sse import ServerSentEvent
 
 __all__ = [
     "Backend", "End", "EngineBackend", "Options", "Piece", "Prompt", "RemoteBackend", "Turn",

@@ -23,11 +23,11 @@ from starlette.routing import Route
 
 from _uvicorn import serve
 from tokenrelay import load_tokenizer
-from tokenrelay._openai import DONE, ChatChunkWriter
 from tokenrelay.doctor._report import Report, Status
 from tokenrelay.doctor.probe import DoctorOptions, run_doctor
 from tokenrelay.engines import ReplayEngine
 from tokenrelay.server import create_app
+from tokenrelay.wire._chat import DONE, ChatChunkWriter
 
 __all__ = ["OTHER_EVENTS", "assert_clean", "doctor_through_caddy", "other_upstream", "relay_upstream"]
 

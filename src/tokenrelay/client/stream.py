@@ -23,9 +23,9 @@ import anyio
 import httpx
 
 from tokenrelay._errors import ProtocolError, StreamTruncated, TokenRelayError
-from tokenrelay._openai_reader import ChatStreamDecoder, error_from_body
-from tokenrelay._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
 from tokenrelay._stream import Usage
+from tokenrelay.wire._chat_reader import ChatStreamDecoder, error_from_body
+from tokenrelay.wire._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
 
 __all__ = [
     "DEFAULT_TIMEOUT", "ChatDelta", "ChatResult", "ChunkArrival", "ClientTimings", "StreamLog",

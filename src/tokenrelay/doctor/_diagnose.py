@@ -16,7 +16,6 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import asdict
 
-from tokenrelay._openai_reader import choice_content
 from tokenrelay.doctor._checks import (
     FIX_NAIVE_SPLIT,
     cancel_check,
@@ -32,6 +31,7 @@ from tokenrelay.doctor._recording import CancelObservation, Exchange, TimedEvent
 from tokenrelay.doctor._report import Check, Report, Status
 from tokenrelay.doctor._timeline import Timeline
 from tokenrelay.doctor._verdict import Relay, judge_arrivals, judge_relay
+from tokenrelay.wire._chat_reader import choice_content
 
 __all__ = ["chunk_text", "diagnose_chat", "diagnose_diagnostic", "unreachable"]
 
@@ -43,7 +43,7 @@ def unreachable(url: str, error: str) -> Report:
 
 def chunk_text(data: str) -> str | None:
     """The text an OpenAI chat chunk adds (``""`` when it has none); None if the data is not a chat chunk at
-    all. Read as the client reads it (``_openai_reader.choice_content``)."""
+    all. Read as the client reads it (``wire._chat_reader.choice_content``)."""
     try:
         chunk = json.loads(data)
     except ValueError:

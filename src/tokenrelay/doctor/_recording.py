@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tokenrelay._errors import ProtocolError, UseAfterFinishError
-from tokenrelay._sse import ServerSentEvent, SSEParser
+from tokenrelay.wire._sse import ServerSentEvent, SSEParser
 
 __all__ = [
     "CancelObservation",

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from tokenrelay._errors import ProtocolError
-from tokenrelay._openai_reader import choice_tool_calls, error_from_body
+from tokenrelay.wire._chat_reader import choice_tool_calls, error_from_body
 
 __all__ = [
     "LLAMACPP_MAX_ENUM_VALUES",

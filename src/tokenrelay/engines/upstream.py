@@ -42,7 +42,6 @@ import httpx
 import msgspec
 
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, ProtocolError, TokenRelayError
-from tokenrelay._openai_reader import error_from_body
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._tools import ChatWithTools, wire_chat
 from tokenrelay.engines._upstream_wire import (
@@ -68,6 +67,7 @@ from tokenrelay.engines.base import (
 from tokenrelay.engines.replicas import Replica, ReplicaCollector, SharedCells, SharedReplica
 from tokenrelay.engines.upstream_client import ReplicaConnections, Response
 from tokenrelay.engines.upstream_decode import DecodingOpenAIReader
+from tokenrelay.wire._chat_reader import error_from_body
 
 __all__ = ["Replica", "UpstreamEngine", "discover_model"]
 

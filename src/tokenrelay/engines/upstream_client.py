@@ -37,7 +37,7 @@ import httptools
 
 from tokenrelay import __version__
 from tokenrelay._errors import ProtocolError
-from tokenrelay._sse import ServerSentEvent, SSEParser
+from tokenrelay.wire._sse import ServerSentEvent, SSEParser
 
 __all__ = ["ReplicaConnections", "Response"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from tokenrelay._openai_reader import error_from_body
 from tokenrelay.engines._upstream_wire import OpenAITokenReader, UpstreamChunk, stranded_policy
+from tokenrelay.wire._chat_reader import error_from_body
 
 __all__ = ["DecodingOpenAIReader"]
 

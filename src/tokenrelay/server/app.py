@@ -3,7 +3,7 @@
 ``create_app(engine, config)`` returns a FastAPI app. A generation request goes: API key (for every costly
 path, ``intake.needs_key``) → body size and time limits → ``Intake.prepare`` (400s, the model's 404, the prompt's
 tokens, off the event loop when large) → admission (429) → a ``generation.Run`` whose response runs the engine
-through ``stream_events`` (``TextStream``: detokenizer + stops) and the chunk writers of ``_openai``. Every error
+through ``stream_events`` (``TextStream``: detokenizer + stops) and the chunk writers of ``wire._chat``. Every error
 becomes an OpenAI-shaped body ``{"error": {"message", "type", "param", "code"}}``; the server keeps serving.
 
 Shutdown (``drain``, called by ``server.run`` when SIGTERM or SIGINT arrives): new generations get a 503,
@@ -152,13 +152,20 @@ def _tune_collector() -> tuple[int, ...]:
     return thresholds
 
 
-def _error_response(exc: TokenRelayError, headers: Mapping[str, str] | None = None) -> Response:
+def _error_response(
+    exc: TokenRelayError, headers: Mapping[str, str] | None = None, endpoint: Endpoint | None = None
+) -> Response:
+    """An error in the shape of ``endpoint``'s dialect (OpenAI's for every other route)."""
     extra = dict(headers or {})
     if isinstance(exc, RateLimitError):
         extra["Retry-After"] = str(max(1, round(exc.retry_after)))
     if isinstance(exc, RequestTimeoutError):
         extra["Connection"] = "close"  # the rest of a late body must not be read as the next request
-    return Response(error_bytes(exc), exc.status_code, extra, media_type="application/json")
+    if endpoint is None:
+        status, body = exc.status_code, error_bytes(exc)
+    else:
+        status, body = endpoint.error_body(exc)
+    return Response(body, status, extra, media_type="application/json")
 
 
 class _RelayApp(FastAPI):
@@ -177,14 +184,14 @@ class _RelayApp(FastAPI):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
+        endpoint = ENDPOINTS.get(scope["path"]) if scope["method"] == "POST" else None
         if self.api_key is not None and needs_key(scope["path"]):
             # Before routing: an unauthenticated request costs no body read, no plan, no stream (issue 12).
             try:
                 check_key(scope["headers"], self.api_key)
             except TokenRelayError as exc:
-                await _error_response(exc)(scope, receive, send)
+                await _error_response(exc, endpoint=endpoint)(scope, receive, send)
                 return
-        endpoint = ENDPOINTS.get(scope["path"]) if scope["method"] == "POST" else None
         if endpoint is None:
             await super().__call__(scope, receive, send)
             return
@@ -192,13 +199,13 @@ class _RelayApp(FastAPI):
         try:
             response = await self.generate(endpoint, scope, receive)
         except TokenRelayError as exc:
-            response = _error_response(exc)
+            response = _error_response(exc, endpoint=endpoint)
         except ClientGone as exc:  # a normal event: one line, no traceback, no response to send
             log.info("POST %s: %s", scope["path"], exc)
             return
         except Exception as exc:
             log.exception("unexpected error on POST %s", scope["path"], exc_info=exc)
-            response = _error_response(TokenRelayError("internal server error"))
+            response = _error_response(TokenRelayError("internal server error"), endpoint=endpoint)
         await response(scope, receive, send)
 
 
@@ -272,6 +279,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None, *, seat: Seat
                 keepalive_interval=config.keepalive_interval,
                 send_timeout=config.send_timeout,
                 on_done=run.done,
+                keepalive=run.writer.keepalive,
             )
         else:
             response = JSONGenerationResponse(run.body, on_done=run.done)

@@ -1,6 +1,6 @@
 """One generation request after its intake: the engine's events to frames (or a body), then metrics and a log line.
 
-``ENDPOINTS`` names the two generation paths and their kinds, once: the app routes them around its middleware
+``ENDPOINTS`` names the generation paths and their kinds, once (``WRITERS`` each kind's writer): the app routes them around its middleware
 and declares them for the docs, the metrics label them, the OpenAPI schema describes them, all from here.
 
 A ``Run`` is made once the request is valid and admitted to the queue. ``frames()`` is the token path of a
@@ -13,32 +13,24 @@ has none to give, and only its TTFT, duration and tokens are counted).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tokenrelay._errors import EngineError, TokenRelayError, UnavailableError
-from tokenrelay._openai import (
-    DONE,
-    ChatChunkWriter,
-    TextChunkWriter,
-    chat_completion,
-    error_event,
-    json_bytes,
-    text_completion,
-    timed_frame,
-)
-from tokenrelay._stream import Finished, TextDelta
+from tokenrelay._reply import ReplyCollector, ReplyFailed, ReplyPipeline, ReplyWriter
+from tokenrelay._stream import Finished, TextDelta, Usage
+from tokenrelay._tool_call_events import FORMATS, ToolCallFormat, format_for_template
 from tokenrelay.engines.base import stream_events
+from tokenrelay.wire._chat_writer import ChatReplyWriter, CompletionReplyWriter, openai_error_body
 
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
-from .tool_replies import tool_body, tool_frames
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator
 
     from tokenrelay.engines.base import Engine
 
@@ -46,7 +38,16 @@ if TYPE_CHECKING:
     from .intake import Intake, Prepared
     from .metrics import ServerMetrics
 
-__all__ = ["ENDPOINTS", "Endpoint", "Run", "RunHost", "error_bytes", "shutting_down"]
+__all__ = [
+    "ENDPOINTS",
+    "WRITERS",
+    "Endpoint",
+    "Run",
+    "RunHost",
+    "call_format",
+    "error_bytes",
+    "shutting_down",
+]
 
 log = logging.getLogger("tokenrelay.server")
 
@@ -56,9 +57,12 @@ class Endpoint:
     """A generation path: the kind of body it takes and how the docs describe it."""
 
     path: str
-    kind: Literal["chat", "completion"]
+    kind: str  # the body it takes (``intake.PARSERS``) and the writer of its replies (``WRITERS``)
     name: str  # the route's name (and so the OpenAPI operation id)
     summary: str
+    id_prefix: str  # of the reply's id
+    #: An error before the stream starts, in the dialect's shape: its status and body.
+    error_body: Callable[[TokenRelayError], tuple[int, bytes]] = openai_error_body
 
 
 #: The generation endpoints, by path.
@@ -70,20 +74,22 @@ ENDPOINTS: Mapping[str, Endpoint] = {
             "chat",
             "chat_completions",
             "OpenAI chat completions; `stream: true` answers with server-sent events.",
+            "chatcmpl-",
         ),
         Endpoint(
             "/v1/completions",
             "completion",
             "completions",
             "Legacy OpenAI text completions; `stream: true` answers with server-sent events.",
+            "cmpl-",
         ),
     )
 }
 
 
 def error_bytes(exc: TokenRelayError) -> bytes:
-    # ASCII JSON: a message may quote the client's input, and that must not fail on a lone surrogate.
-    return json.dumps(exc.to_openai(), separators=(",", ":")).encode()
+    """An OpenAI-shaped error body (the errors of every route but a dialect's own generations)."""
+    return openai_error_body(exc)[1]
 
 
 def shutting_down() -> UnavailableError:
@@ -92,6 +98,37 @@ def shutting_down() -> UnavailableError:
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:.1f}ms"
+
+
+def call_format(engine: Engine) -> ToolCallFormat:
+    """The markup the model writes its calls in: its template's own where the engine renders templates that
+    take tools (``renders_tool_templates``), else the generic format's (Hermes)."""
+    if getattr(engine, "renders_tool_templates", False):
+        native = format_for_template(getattr(engine.tokenizer, "chat_template", None))
+        if native is not None:
+            return native
+    return FORMATS["hermes"]
+
+
+def _call_id() -> str:
+    return "call_" + os.urandom(12).hex()
+
+
+def _chat_writer(run: Run) -> ReplyWriter:
+    gen = run.gen
+    cls = ChatReplyWriter if gen.kind == "chat" else CompletionReplyWriter
+    return cls(
+        id=run.id,
+        model=gen.model,
+        created=run.created,
+        include_usage=gen.include_usage,
+        prompt_ids=run.prompt_ids if gen.return_token_ids else None,
+        origin=run.started if gen.step_times else None,
+    )
+
+
+#: Each endpoint kind's writer of a reply (``_reply.ReplyWriter``): the one thing that differs by dialect.
+WRITERS: Mapping[str, Callable[[Run], ReplyWriter]] = {"chat": _chat_writer, "completion": _chat_writer}
 
 
 class RunHost(Protocol):
@@ -130,6 +167,7 @@ class Run:
         "response",
         "server",
         "started",
+        "writer",
     )
 
     def __init__(self, server: RunHost, prepared: Prepared, endpoint: str) -> None:
@@ -138,7 +176,7 @@ class Run:
         self.prompt_ids = prepared.prompt_ids
         self.endpoint = endpoint
         # 128 random bits in hex, as uuid4().hex reads (less the version digits), without building a UUID.
-        self.id = ("chatcmpl-" if gen.kind == "chat" else "cmpl-") + os.urandom(16).hex()
+        self.id = ENDPOINTS[endpoint].id_prefix + os.urandom(16).hex()
         self.created = int(time.time())
         self.started = time.perf_counter()
         self.first_at: float | None = None  # when the first delta left the engine's stream
@@ -147,14 +185,15 @@ class Run:
         self.error: TokenRelayError | None = None
         self.asked_for_slot = False
         self.response: EventStreamResponse | JSONGenerationResponse | None = None
+        self.writer = WRITERS[gen.kind](self)
 
     def interrupt(self) -> None:
-        """End this generation now (shutdown): an error event and [DONE], or a 503 body."""
+        """End this generation now (shutdown): the dialect's error frames, or an error body."""
         err = shutting_down()
         if isinstance(self.response, EventStreamResponse):
-            self.response.interrupt(error_event(err) + DONE)
+            self.response.interrupt(b"".join(self.writer.write(ReplyFailed(err))))
         elif isinstance(self.response, JSONGenerationResponse):
-            self.response.interrupt(err.status_code, error_bytes(err))
+            self.response.interrupt(*self.writer.error_body(err))
 
     def _stream(self, step_times: bool = False) -> AsyncIterator[TextDelta | Finished]:
         server, gen = self.server, self.gen
@@ -168,12 +207,13 @@ class Run:
             step_times=step_times,
         )
 
-    # For tool_replies (issue 21), which reads the events and reports a failure as the token path does.
-    def events(self, step_times: bool = False) -> AsyncIterator[TextDelta | Finished]:
-        return self._stream(step_times)
-
-    def fail(self, exc: BaseException) -> TokenRelayError:
-        return self._fail(exc)
+    def _pipeline(self) -> ReplyPipeline:
+        tools = self.gen.tools
+        if tools is None:
+            return ReplyPipeline()
+        return ReplyPipeline(
+            tools=call_format(self.server.engine), parallel=tools.parallel, new_call_id=_call_id
+        )
 
     def _fail(self, exc: BaseException) -> TokenRelayError:
         if isinstance(exc, TokenRelayError):
@@ -184,98 +224,76 @@ class Run:
             self.error = EngineError(f"generation failed: {type(exc).__name__}: {exc}")
         return self.error
 
+    def _stopped_here(self) -> Finished:
+        """The reply is complete before the engine ended it (``ReplyPipeline.done``): its end as it stands."""
+        return Finished("stop", Usage(len(self.prompt_ids), self.completion_ids))
+
     async def frames(self) -> AsyncIterator[bytes]:
-        server, gen = self.server, self.gen
-        if gen.tools is not None:  # a reply that may call tools: its own path, so others pay nothing
-            async for frame in tool_frames(self):
-                yield frame
-            return
-        writer_cls = ChatChunkWriter if gen.kind == "chat" else TextChunkWriter
-        writer = writer_cls(
-            id=self.id, model=gen.model, created=self.created, include_usage=gen.include_usage
-        )
-        with_ids = gen.return_token_ids
-        delta = writer.delta
-        # stream_options.include_step_times: each frame is stamped as it leaves, one clock read per chunk.
-        step_times, origin, clock = gen.step_times, self.started, time.perf_counter
+        """The stream: the engine's events through the reply pipeline and the endpoint's writer, frame by frame.
+
+        Every reply of every kind and dialect takes this path; a reply with no hold-back (plain prose or JSON)
+        passes each delta through the pipeline unchanged."""
+        server, writer, pipeline = self.server, self.writer, self._pipeline()
+        write, feed = writer.write, pipeline.feed
+        # stream_options.include_step_times: each frame is stamped as it leaves, one clock read per frame.
+        step_times, clock = self.gen.step_times, time.perf_counter
         try:
             self.asked_for_slot = True
             async with server.admission.slot():
-                if with_ids:  # the ids intake tokenized, not a second encode
-                    writer.prompt_token_ids(self.prompt_ids)
-                if isinstance(writer, ChatChunkWriter):
-                    role = writer.role()  # the first chunk carries the role, as soon as generation starts
-                    yield timed_frame(role, origin=origin, sent=clock(), steps=None) if step_times else role
+                for frame in writer.start(clock() if step_times else None):  # as soon as generation starts
+                    yield frame
+                finished: Finished | None = None
                 async for event in self._stream(step_times):
                     if type(event) is TextDelta:
                         if self.first_at is None:
                             self.first_at = time.perf_counter()
                         self.completion_ids += len(event.token_ids)
-                        frame = (
-                            writer.delta_with_ids(event.text, event.token_ids)
-                            if with_ids
-                            else delta(event.text)
-                        )
-                        if step_times:
-                            frame = timed_frame(frame, origin=origin, sent=clock(), steps=event.steps)
-                        yield frame
+                        for reply_event in feed(event):
+                            for frame in write(reply_event, clock() if step_times else None):
+                                yield frame  # one SSE event, one write
+                        if pipeline.done:  # parallel_tool_calls: false, and the one call is complete
+                            finished = self._stopped_here()
+                            break  # the engine stops here
                     else:
                         assert isinstance(event, Finished)
-                        self.finished = event
-                        frame = writer.finish(event.reason, event.token_ids if with_ids else None)
-                        if step_times:
-                            frame = timed_frame(frame, origin=origin, sent=clock(), steps=event.steps)
+                        finished = event
+                assert finished is not None
+                self.finished = finished
+                for reply_event in pipeline.finish(finished):
+                    for frame in write(reply_event, clock() if step_times else None):
                         yield frame
-                        if gen.include_usage:
-                            frame = writer.usage(event.usage)
-                            if step_times:
-                                frame = timed_frame(frame, origin=origin, sent=clock(), steps=None)
-                            yield frame
-                        yield DONE
         except Exception as exc:  # after the headers: report it in-stream, then end the stream cleanly
-            # [DONE] after the error, as vLLM's server and our shutdown send it: a client that reads to the
-            # end marker ends here too, and the error frame stays the last data it acts on.
-            yield error_event(self._fail(exc)) + DONE
+            for frame in write(ReplyFailed(self._fail(exc))):
+                yield frame
 
     async def body(self) -> tuple[int, bytes]:
-        gen = self.gen
-        if gen.tools is not None:
-            return await tool_body(self)
-        parts: list[str] = []
-        ids: list[int] = []
+        """A whole reply: the same events as :meth:`frames`, collected, then written as one body."""
+        writer, pipeline, collector = self.writer, self._pipeline(), ReplyCollector()
+        add = collector.add
         try:
             self.asked_for_slot = True
             async with self.server.admission.slot():
+                finished: Finished | None = None
                 async for event in self._stream():
                     if type(event) is TextDelta:
                         if self.first_at is None:
                             self.first_at = time.perf_counter()
-                        parts.append(event.text)
+                        self.completion_ids += len(event.token_ids)
+                        for reply_event in pipeline.feed(event):
+                            add(reply_event)
+                        if pipeline.done:
+                            finished = self._stopped_here()
+                            break
                     else:
                         assert isinstance(event, Finished)
-                        self.finished = event
-                    ids.extend(event.token_ids)
+                        finished = event
+                assert finished is not None
+                self.finished = finished
+                for reply_event in pipeline.finish(finished):
+                    add(reply_event)
         except Exception as exc:
-            err = self._fail(exc)
-            return err.status_code, error_bytes(err)
-        assert self.finished is not None
-        shape = chat_completion if gen.kind == "chat" else text_completion
-        key = "content" if gen.kind == "chat" else "text"
-        fields: dict[str, Any] = {key: "".join(parts)}
-        body = shape(
-            id=self.id,
-            model=gen.model,
-            created=self.created,
-            finish_reason=self.finished.reason,
-            usage=self.finished.usage,
-            **fields,
-        )
-        if gen.return_token_ids:  # vLLM's shapes: the prompt's ids at the top, the reply's in the choice
-            body["prompt_token_ids"] = self.prompt_ids
-            choices = body["choices"]
-            assert isinstance(choices, list)
-            choices[0]["token_ids"] = ids
-        return 200, json_bytes(body)
+            return writer.error_body(self._fail(exc))
+        return 200, writer.body(collector.reply())
 
     def done(self, outcome: Outcome) -> None:
         server, metrics, finished = self.server, self.server.metrics, self.finished

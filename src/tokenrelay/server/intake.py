@@ -23,7 +23,7 @@ import hmac
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Protocol
 
 from starlette.types import Receive
 
@@ -122,6 +122,25 @@ def _too_big(limit: int) -> PayloadTooLargeError:
     return PayloadTooLargeError(f"request body over {limit} bytes", code="request_too_large")
 
 
+class Parser(Protocol):
+    """A dialect's request parser: a body in, a validated ``Generation`` out (400s naming the field)."""
+
+    def __call__(
+        self,
+        body: bytes,
+        kind: str,
+        /,
+        *,
+        max_tokens_limit: int,
+        default_max_tokens: int,
+        max_prompt_chars: int | None = None,
+    ) -> Generation: ...
+
+
+#: Each endpoint kind's request parser (``generation.ENDPOINTS`` names the kind of each path).
+PARSERS: dict[str, Parser] = {"chat": parse_generation, "completion": parse_generation}
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A validated request and its prompt's token ids."""
@@ -153,7 +172,7 @@ class Intake:
         # too) is Python code, and each more thread running it makes the event loop wait longer for the GIL.
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tokenrelay-intake")
 
-    async def prepare(self, body: bytes, kind: Literal["chat", "completion"]) -> Prepared:
+    async def prepare(self, body: bytes, kind: str) -> Prepared:
         if len(body) <= INLINE_BODY_BYTES:
             prepared = self._prepare(body, kind)
         else:
@@ -170,8 +189,8 @@ class Intake:
             await asyncio.get_running_loop().run_in_executor(self.pool, check, grammar)
         return prepared
 
-    def _prepare(self, body: bytes, kind: Literal["chat", "completion"]) -> Prepared:
-        gen = parse_generation(
+    def _prepare(self, body: bytes, kind: str) -> Prepared:
+        gen = PARSERS[kind](
             body,
             kind,
             max_tokens_limit=self.max_tokens_limit,

@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -48,7 +48,7 @@ class StreamOptions(BaseModel):
     model_config = _STRICT
     include_usage: bool = False
     # tokenrelay's extension (issue 13): each chunk says when the model step of each of its tokens ran and
-    # when the chunk was sent (``_openai.timed_frame``). Like include_usage, it only applies to a stream.
+    # when the chunk was sent (``wire._chat.timed_frame``). Like include_usage, it only applies to a stream.
     include_step_times: bool = False
 
 
@@ -129,7 +129,7 @@ _UNSUPPORTED: dict[str, tuple[object, ...]] = {
 class Generation:
     """A validated request, in the terms the engine and the stream need."""
 
-    kind: Literal["chat", "completion"]
+    kind: str  # the endpoint's (``generation.ENDPOINTS``): "chat", "completion", ...
     model: str
     prompt: Prompt
     params: SamplingParams
@@ -139,6 +139,8 @@ class Generation:
     return_token_ids: bool = False
     step_times: bool = False
     tools: ToolRequest | None = None  # chat requests whose reply may call tools (tool_choice not "none")
+    #: What a dialect's writer needs of the request beyond the above (the Responses API's echo of it, ...).
+    extra: Any = None
 
 
 def _loads(body: bytes) -> dict[str, Any]:
@@ -343,7 +345,8 @@ def _validate_loaded(body: bytes, model: type[_Common]) -> _Common:
 
 def parse_generation(
     body: bytes,
-    kind: Literal["chat", "completion"],
+    kind: str,
+    /,
     *,
     max_tokens_limit: int,
     default_max_tokens: int,

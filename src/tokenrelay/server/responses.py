@@ -34,6 +34,8 @@ from typing import Any, Protocol
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from tokenrelay.wire._sse import KEEPALIVE
+
 __all__ = [
     "KEEPALIVE",
     "OPENING",
@@ -46,9 +48,6 @@ __all__ = [
 
 #: The first bytes of every stream: a comment, so headers and a first chunk leave before prefill ends.
 OPENING = b": stream open\n\n"
-#: A keep-alive: a comment line and a blank line. Every SSE client skips it; a blank line with no data
-#: dispatches nothing (WHATWG), and a naive client that splits on "\n\n" sees a frame with no "data:" line.
-KEEPALIVE = b": keep-alive\n\n"
 
 STREAM_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -95,8 +94,12 @@ class EventStreamResponse(Response):
         keepalive_interval: float = 15.0,
         send_timeout: float = 30.0,
         on_done: Callable[[Outcome], None] | None = None,
+        keepalive: bytes = KEEPALIVE,
     ) -> None:
+        """``keepalive``: the frame sent after ``keepalive_interval`` seconds of silence (the dialect's own:
+        a comment, or the Messages API's ``ping`` event)."""
         self._frames = frames
+        self._keepalive_frame = keepalive
         self._keepalive = keepalive_interval if keepalive_interval > 0 else math.inf
         self._send_timeout = send_timeout
         self._on_done = on_done
@@ -170,11 +173,11 @@ class EventStreamResponse(Response):
                 return False
             if not sending and not ending and now - last_write >= self._keepalive:
                 if direct is not None:  # the frames go straight to the connection: so does a keep-alive
-                    if direct.write(KEEPALIVE):
+                    if direct.write(self._keepalive_frame):
                         last_write = now
                     return True
                 keep = asyncio.ensure_future(
-                    write({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+                    write({"type": "http.response.body", "body": self._keepalive_frame, "more_body": True})
                 )
                 extra.add(keep)
                 keep.add_done_callback(extra.discard)

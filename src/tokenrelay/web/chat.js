@@ -42,7 +42,7 @@ const isCount = (value) => typeof value === 'number' && Number.isInteger(value);
 /**
  * Reads the chunks of one reply (sans-I/O): feed(event) returns the new content text, if any.
  * The fields say where the stream stands; status() names the outcome once the stream has ended.
- * The rules are the Python client's (tokenrelay._openai_reader.ChatStreamDecoder and choice_content), checked on
+ * The rules are the Python client's (tokenrelay.wire._chat_reader.ChatStreamDecoder and choice_content), checked on
  * the same vectors (tests/vectors/chat_chunks.json): data that is not a JSON object, or a usage without
  * integer counts, is a protocol error; an `error` member is the server's error; an object without a
  * `choices` list is not a chunk and adds nothing; the choice read is the one whose index is 0 (a missing

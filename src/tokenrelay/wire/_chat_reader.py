@@ -1,5 +1,5 @@
 """The OpenAI wire shapes, read: a stream's chunks (``ChatStreamDecoder``, ``choice_content``,
-``choice_tool_calls``) and the error an error body stands for (``error_from_body``). ``_openai`` writes the
+``choice_tool_calls``) and the error an error body stands for (``error_from_body``). ``_chat`` writes the
 same shapes.
 
 Standard library only, sans-I/O: events in (``ServerSentEvent`` from ``SSEParser``), text and errors out.
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from ._errors import (
+from tokenrelay._errors import (
     AuthenticationError,
     InvalidRequestError,
     NotFoundError,
@@ -21,8 +21,9 @@ from ._errors import (
     RequestTimeoutError,
     TokenRelayError,
 )
+from tokenrelay._stream import Usage
+
 from ._sse import ServerSentEvent
-from ._stream import Usage
 
 __all__ = [
     "ChatStreamDecoder",

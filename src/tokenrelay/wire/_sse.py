@@ -37,9 +37,13 @@ import re
 from collections.abc import Generator, Iterable
 from typing import NamedTuple
 
-from ._errors import ProtocolError, UseAfterFinishError
+from tokenrelay._errors import ProtocolError, UseAfterFinishError
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEParser", "ServerSentEvent", "encode_event"]
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "KEEPALIVE", "SSEParser", "ServerSentEvent", "encode_event"]
+
+#: A keep-alive: a comment line and a blank line. Every SSE client skips it; a blank line with no data
+#: dispatches nothing (WHATWG), and a naive client that splits on "\n\n" sees a frame with no "data:" line.
+KEEPALIVE = b": keep-alive\n\n"
 
 #: The default bound on one line and on one event's field lines, in bytes. A chat chunk is a few hundred
 #: bytes; 1 MiB still holds a whole long reply in a single event, while a peer that never ends a line or an

@@ -1,6 +1,6 @@
 """The OpenAI wire shapes, written: streamed chunks as SSE frames, whole responses and errors.
 
-Reading them back (a stream's chunks, an error body) is ``_openai_reader``.
+Reading them back (a stream's chunks, an error body) is ``_chat_reader``.
 
 Standard library only, no clock, no randomness: ``id``, ``created`` and ``model`` are plain values the caller
 passes in. The field set is what the official SDKs read (``openai.types.chat.ChatCompletionChunk`` and
@@ -33,11 +33,11 @@ from collections.abc import Sequence
 from json.encoder import encode_basestring  # the C string quoter json.dumps(ensure_ascii=False) uses
 from typing import TYPE_CHECKING
 
-from ._errors import TokenRelayError, UseAfterFinishError
-from ._stream import Usage
+from tokenrelay._errors import TokenRelayError, UseAfterFinishError
+from tokenrelay._stream import Usage
 
 if TYPE_CHECKING:
-    from ._stream import StepTime
+    from tokenrelay._stream import StepTime
 
 __all__ = [
     "DONE",
@@ -168,6 +168,18 @@ class ChatChunkWriter(_ChunkWriter):
         # Joining bytes: concatenating str would widen the whole frame to the text's widest character first.
         return b"".join((self._content_head, encode_basestring(text).encode(), self._content_tail))
 
+    def reasoning(self, text: str, token_ids: Sequence[int] | None = None) -> bytes:
+        """A reasoning delta: ``delta.reasoning_content`` (the field llama-server, SGLang and DeepSeek send)."""
+        choice: dict[str, object] = {
+            "index": 0,
+            "delta": {"reasoning_content": text},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        if token_ids is not None:
+            choice["token_ids"] = list(token_ids)
+        return self._frame(choice)
+
     def tool_call(self, index: int, id: str, name: str, token_ids: Sequence[int] | None = None) -> bytes:
         """The first delta of the reply's ``index``-th tool call: its id and function name, no arguments yet.
 
@@ -290,14 +302,18 @@ def chat_completion(
     usage: Usage,
     system_fingerprint: str | None = None,
     tool_calls: Sequence[tuple[str, str, str]] = (),
+    reasoning: str | None = None,
 ) -> dict[str, object]:
     """A whole (non-streamed) ``chat.completion`` response body. ``tool_calls``: ``(id, name, arguments)``
-    of each call the reply made; the message's ``content`` is then ``null`` when the reply had no text."""
+    of each call the reply made; the message's ``content`` is then ``null`` when the reply had no text.
+    ``reasoning``: the reply's reasoning, as ``message.reasoning_content``."""
     message: dict[str, object] = {
         "role": "assistant",
         "content": None if tool_calls and not content else content,
         "refusal": None,
     }
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
     if tool_calls:
         message["tool_calls"] = [
             {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}

@@ -1,0 +1,387 @@
+"""The reply-event model, and the pipeline that makes it: one reply, whatever dialect writes it.
+
+A reply crosses the server on one path. ``TextStream`` (detokenizer and stop strings) gives ``TextDelta`` and
+``Finished``; a :class:`ReplyPipeline` runs the text through the other hold-backs (the reasoning splitter, the
+tool-call extractor) and gives **reply events**; one writer per dialect (``wire/``) turns the events into frames
+or a whole body. Nothing below the writers knows a dialect.
+
+The events, in the order a reply can give them:
+
+- ``TextDelta`` (``_stream``'s own type: the answer's text, final) and :class:`ReasoningDelta` (reasoning text,
+  final), any number, interleaved only as the model wrote them;
+- per tool call, :class:`CallStarted` (its index from 0, the id made for it, the function's name), then
+  :class:`CallArguments` (fragments of the arguments' JSON text, the model's own characters), then
+  :class:`CallEnded`;
+- exactly one :class:`ReplyEnded` (why, usage, the matched stop) — or :class:`ReplyFailed` when the reply
+  broke (a malformed call, an engine failure) after it started.
+
+Every event that a token produced carries ``token_ids``, the ids consumed since the previous such event (ids
+whose text a hold-back kept ride on the next event written), and ``steps``, their step times when asked for;
+so the ids of all events, joined, are the engine's ids up to the reply's end, for any split.
+
+Contract of :class:`ReplyPipeline` (tested over every split of the engine's ids): the joined text of each kind,
+the calls and the end are the same for any split; no event is empty; an event is released as soon as every
+hold-back has made it final. Standard library only; ids of calls come from the caller (``new_call_id``), so
+the core holds no randomness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
+
+from tokenrelay._errors import ToolCallError, UseAfterFinishError
+from tokenrelay._stream import Finished, StepTime, TextDelta, Timings, Usage
+from tokenrelay._tool_call_events import (
+    ContentDelta,
+    ToolArgumentsDelta,
+    ToolCallEnded,
+    ToolCallInvalid,
+    ToolCallStarted,
+)
+from tokenrelay._tool_calls import ToolCallExtractor
+
+if TYPE_CHECKING:
+    from tokenrelay._errors import TokenRelayError
+    from tokenrelay._tool_call_events import ToolCallFormat
+
+__all__ = [
+    "CallArguments",
+    "CallEnded",
+    "CallStarted",
+    "EndReason",
+    "ReasoningDelta",
+    "ReasoningSplitter",
+    "Reply",
+    "ReplyCollector",
+    "ReplyEnded",
+    "ReplyEvent",
+    "ReplyFailed",
+    "ReplyPipeline",
+    "ReplyWriter",
+    "TextDelta",
+    "ToolCall",
+]
+
+EndReason: TypeAlias = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Reasoning text that is final (the model's thinking, apart from the answer)."""
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+    steps: tuple[StepTime, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallStarted:
+    """The reply's ``index``-th tool call (from 0): the id made for it and the function's name."""
+
+    index: int
+    id: str
+    name: str
+    token_ids: tuple[int, ...] = ()
+    steps: tuple[StepTime, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallArguments:
+    """More of the ``index``-th call's arguments: JSON text as the model wrote it, never re-serialized."""
+
+    index: int
+    text: str
+    token_ids: tuple[int, ...] = ()
+    steps: tuple[StepTime, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    """The ``index``-th call is complete: its arguments are all out."""
+
+    index: int
+    token_ids: tuple[int, ...] = ()  # always empty: the ids of a call's text ride on its other events
+    steps: tuple[StepTime, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyEnded:
+    """The reply ended: ``"stop"`` (by itself, or a stop string: ``matched``), ``"length"`` (cut by
+    ``max_tokens`` or the context) or ``"tool_calls"`` (it called something and ended by itself).
+
+    ``token_ids``: the consumed ids no other event carried (the end-of-sequence id, ids of held text);
+    ``reasoning_tokens``: how many of the reply's ids were reasoning."""
+
+    reason: EndReason
+    usage: Usage
+    token_ids: tuple[int, ...] = ()
+    steps: tuple[StepTime, ...] | None = None
+    matched: str | int | None = None
+    timings: Timings | None = None
+    reasoning_tokens: int = 0
+    in_reasoning: bool = False  # the reply was cut while it was still reasoning
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyFailed:
+    """The reply broke after it started (a malformed call, an engine failure): a writer reports ``error``."""
+
+    error: TokenRelayError
+
+
+ReplyEvent: TypeAlias = (
+    TextDelta | ReasoningDelta | CallStarted | CallArguments | CallEnded | ReplyEnded | ReplyFailed
+)
+
+
+class ReasoningSplitter(Protocol):
+    """What the pipeline needs of a reasoning splitter (``_reasoning``): text in, reasoning and answer out.
+
+    ``feed`` and ``finish`` return ``(is_reasoning, text)`` pairs, adjacent pairs never of the same kind."""
+
+    @property
+    def in_reasoning(self) -> bool: ...
+    def feed(self, text: str) -> Sequence[tuple[bool, str]]: ...
+    def finish(self) -> Sequence[tuple[bool, str]]: ...
+
+
+class ReplyWriter(Protocol):
+    """One dialect's writer of one reply (``wire/``): reply events in, SSE frame bytes or a whole body out.
+
+    A stream: ``start()`` is the frames that go before the first event (a role chunk, a ``response.created``,
+    a ``message_start``); ``write(event)`` the frames of one event (none for an event the dialect does not
+    show), those of ``ReplyEnded`` or ``ReplyFailed`` ending the stream. Each frame is one SSE event, which
+    the server sends as one write. ``sent`` is when the frame leaves, on the server's
+    clock, for a writer that stamps frames (Chat Completions' ``include_step_times``). ``keepalive`` is the
+    frame sent while the stream is idle. A whole reply: ``body(reply)``, or ``error_body(error)`` (the status
+    and body of an error in the dialect's shape)."""
+
+    @property
+    def keepalive(self) -> bytes: ...
+    def start(self, sent: float | None = None) -> Sequence[bytes]: ...
+    def write(self, event: ReplyEvent, sent: float | None = None) -> Sequence[bytes]: ...
+    def body(self, reply: Reply) -> bytes: ...
+    def error_body(self, error: TokenRelayError) -> tuple[int, bytes]: ...
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call of a whole reply."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class Reply:
+    """A whole reply, collected from its events (:class:`ReplyCollector`): what a non-streamed body says."""
+
+    text: str
+    reasoning: str
+    calls: list[ToolCall]
+    end: ReplyEnded
+    token_ids: list[int] = field(default_factory=list)  # every id of the reply, in order
+
+
+class ReplyCollector:
+    """Reply events in, a :class:`Reply` out (the whole-body form of one reply; ``ReplyFailed`` raises)."""
+
+    __slots__ = ("_arguments", "_calls", "_end", "_ids", "_reasoning", "_text")
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: list[tuple[str, str]] = []
+        self._arguments: list[list[str]] = []
+        self._ids: list[int] = []
+        self._end: ReplyEnded | None = None
+
+    def add(self, event: ReplyEvent) -> None:
+        t = type(event)
+        if t is ReplyFailed:
+            assert isinstance(event, ReplyFailed)
+            raise event.error
+        if self._end is not None:
+            raise UseAfterFinishError("ReplyCollector.add() after the reply ended")
+        self._ids.extend(event.token_ids)  # type: ignore[union-attr]
+        if t is TextDelta:
+            self._text.append(event.text)  # type: ignore[union-attr]
+        elif t is ReasoningDelta:
+            self._reasoning.append(event.text)  # type: ignore[union-attr]
+        elif t is CallStarted:
+            assert isinstance(event, CallStarted)
+            self._calls.append((event.id, event.name))
+            self._arguments.append([])
+        elif t is CallArguments:
+            assert isinstance(event, CallArguments)
+            self._arguments[event.index].append(event.text)
+        elif t is ReplyEnded:
+            assert isinstance(event, ReplyEnded)
+            self._end = event
+
+    def reply(self) -> Reply:
+        """The whole reply; the events must have ended with ``ReplyEnded``."""
+        if self._end is None:
+            raise ValueError("the reply has not ended")
+        calls = [ToolCall(i, n, "".join(a)) for (i, n), a in zip(self._calls, self._arguments, strict=True)]
+        return Reply("".join(self._text), "".join(self._reasoning), calls, self._end, self._ids)
+
+
+class ReplyPipeline:
+    """``TextStream``'s events through the reasoning splitter and the tool-call extractor, as reply events.
+
+    ``feed(delta)`` per ``TextDelta``, ``finish(finished)`` with the stream's ``Finished`` (or, once
+    :attr:`done`, one the caller made: the engine must then be stopped). With neither hold-back a delta goes
+    out as it came (the same object). Joined outputs over any split of the ids equal the one-shot result.
+    ``ToolCallInvalid`` (a call whose markup broke) is raised as ``ToolCallError`` (``invalid_tool_call``).
+    """
+
+    __slots__ = (
+        "_calls",
+        "_ended",
+        "_extractor",
+        "_ids",
+        "_new_call_id",
+        "_reasoning",
+        "_reasoning_tokens",
+        "_steps",
+        "_timed",
+        "plain",
+    )
+
+    def __init__(
+        self,
+        *,
+        tools: ToolCallFormat | None = None,
+        parallel: bool = True,
+        reasoning: ReasoningSplitter | None = None,
+        new_call_id: Callable[[], str] | None = None,
+    ) -> None:
+        self._extractor = ToolCallExtractor(tools, parallel=parallel) if tools is not None else None
+        self._reasoning = reasoning
+        if tools is not None and new_call_id is None:
+            raise ValueError("a pipeline with tools needs new_call_id")
+        self._new_call_id = new_call_id
+        self._calls = 0
+        self._ids: list[int] = []  # ids of text a hold-back keeps: they ride on the next event out
+        self._steps: list[StepTime] = []
+        self._timed = False
+        self._reasoning_tokens = 0
+        self._ended = False
+        #: No hold-back: every delta goes out unchanged (the server's plain prose path).
+        self.plain = self._extractor is None and reasoning is None
+
+    @property
+    def done(self) -> bool:
+        """The reply is complete before the engine ended it (``parallel_tool_calls: false``, one call out)."""
+        return self._extractor is not None and self._extractor.done
+
+    @property
+    def calls(self) -> int:
+        """Calls started so far."""
+        return self._calls
+
+    def feed(self, delta: TextDelta) -> Sequence[ReplyEvent]:
+        """The reply events of one ``TextDelta``."""
+        if self._ended:
+            raise UseAfterFinishError("ReplyPipeline.feed() after finish()")
+        if self.plain:
+            return (delta,)
+        self._ids.extend(delta.token_ids)
+        if delta.steps is not None:
+            self._timed = True
+            self._steps.extend(delta.steps)
+        out: list[ReplyEvent] = []
+        reasoning = self._reasoning
+        if reasoning is None:
+            self._answer(delta.text, out)
+        else:
+            self._split(reasoning.feed(delta.text), out)
+        return out
+
+    def finish(self, finished: Finished) -> list[ReplyEvent]:
+        """The events that end the reply: what the hold-backs still held, then ``ReplyEnded``."""
+        if self._ended:
+            return []
+        self._ended = True
+        out: list[ReplyEvent] = []
+        in_reasoning = False
+        if self._reasoning is not None:
+            in_reasoning = self._reasoning.in_reasoning
+            self._split(self._reasoning.finish(), out)
+        if self._extractor is not None:
+            self._tool_events(self._extractor.finish(truncated=finished.reason == "length"), out)
+        ids, steps = self._take()
+        steps = (*(steps or ()), *(finished.steps or ())) or None
+        reason: EndReason = finished.reason
+        if self._calls and reason == "stop":
+            reason = "tool_calls"
+        out.append(
+            ReplyEnded(
+                reason,
+                finished.usage,
+                (*ids, *finished.token_ids),
+                steps,
+                finished.matched,
+                finished.timings,
+                self._reasoning_tokens,
+                in_reasoning,
+            )
+        )
+        return out
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _take(self) -> tuple[tuple[int, ...], tuple[StepTime, ...] | None]:
+        ids = tuple(self._ids)
+        self._ids.clear()
+        steps = tuple(self._steps) if self._timed else None
+        self._steps.clear()
+        return ids, steps
+
+    def _split(self, pieces: Sequence[tuple[bool, str]], out: list[ReplyEvent]) -> None:
+        for is_reasoning, text in pieces:
+            if not text:
+                continue
+            if is_reasoning:
+                ids, steps = self._take()
+                self._reasoning_tokens += len(ids)
+                out.append(ReasoningDelta(text, ids, steps))
+            else:
+                self._answer(text, out)
+
+    def _answer(self, text: str, out: list[ReplyEvent]) -> None:
+        if self._extractor is None:
+            ids, steps = self._take()
+            out.append(TextDelta(text, ids, steps))
+        else:
+            self._tool_events(self._extractor.feed(text), out)
+
+    def _tool_events(self, events: Sequence[object], out: list[ReplyEvent]) -> None:
+        for e in events:
+            t = type(e)
+            if t is ContentDelta:
+                assert isinstance(e, ContentDelta)
+                ids, steps = self._take()
+                out.append(TextDelta(e.text, ids, steps))
+            elif t is ToolCallStarted:
+                assert isinstance(e, ToolCallStarted) and self._new_call_id is not None
+                ids, steps = self._take()
+                self._calls += 1
+                out.append(CallStarted(e.index, self._new_call_id(), e.name, ids, steps))
+            elif t is ToolArgumentsDelta:
+                assert isinstance(e, ToolArgumentsDelta)
+                ids, steps = self._take()
+                out.append(CallArguments(e.index, e.text, ids, steps))
+            elif t is ToolCallEnded:
+                assert isinstance(e, ToolCallEnded)
+                out.append(CallEnded(e.index))
+            elif t is ToolCallInvalid:
+                assert isinstance(e, ToolCallInvalid)
+                raise ToolCallError(
+                    f"the model's tool call is malformed: {e.message} (at character {e.offset} of the reply)",
+                    code="invalid_tool_call",
+                )
