@@ -30,6 +30,7 @@ from ._openai import ChatChunkWriter, TextChunkWriter, chat_completion, error_ev
 from ._openai_reader import ChatStreamDecoder
 from ._partial_json import PartialJSON
 from ._protocols import ByteTable, Tokenizer
+from ._reasoning import ReasoningSplitter
 from ._sse import ServerSentEvent, SSEParser, encode_event
 from ._stops import StopMatcher
 from ._stream import Event, Finished, FinishReason, TextDelta, TextStream, Timings, Usage
@@ -61,6 +62,7 @@ __all__ = [
     "PayloadTooLargeError",
     "ProtocolError",
     "RateLimitError",
+    "ReasoningSplitter",
     "RequestTimeoutError",
     "SSEParser",
     "ServerSentEvent",
