@@ -44,6 +44,11 @@ The rules (each has a test in ``tests/test_tool_calls.py``):
 5. ``parallel=False``: the extraction is :attr:`done` once the first call is complete; what follows is dropped
    (the caller stops the engine).
 
+At ~480 lines this module is over the usual size because it is one state machine (text, a call's JSON, after
+a call, plain text) whose states hand each other positions in the same piece of text, and whose give-back of
+markup that never became a call (rule 4) reaches into all of them: split in two, each half would need the
+other's state. The formats and events are already apart (``_tool_call_events.py``).
+
 Contract: for any split of the reply's text into deltas, the events joined (:func:`join_events`) over the
 ``feed`` calls and ``finish`` are the same. ``finish()`` again returns ``[]``; ``feed`` after it raises
 :class:`UseAfterFinishError`; after :attr:`done` or a :class:`ToolCallInvalid`, ``feed`` returns ``[]``.
