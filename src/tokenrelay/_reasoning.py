@@ -193,6 +193,18 @@ class ReasoningSplitter:
         """The events the next piece of the reply's text causes."""
         if self._finished:
             raise UseAfterFinishError("ReasoningSplitter.feed() called after finish()")
+        if not self._lead and not self._held and text:
+            # The common deltas, in one or two C-level searches and one event: the middle of the answer, and
+            # the middle of the reasoning when the delta holds no '<' that could begin the closing tag.
+            if self._state == _ANSWER:
+                return [ContentDelta(text)]
+            closing = self._fmt.closing
+            if (
+                self._state == _REASONING
+                and text.find(closing[0], max(0, len(text) - len(closing))) < 0
+                and closing not in text
+            ):
+                return [ReasoningDelta(text)]
         out: list[ReasoningEvent] = []
         i, n = 0, len(text)
         while i < n:
@@ -279,8 +291,12 @@ def _emit(out: list[ReasoningEvent], kind: type[ReasoningDelta] | type[ContentDe
 
 def _partial_tail(buf: str, tag: str) -> int:
     """The length of the longest tail of ``buf`` that is a proper prefix of ``tag`` (0: none). Only the last
-    ``len(tag) - 1`` characters are looked at: O(len(tag)²) per call whatever the length of ``buf``."""
-    for k in range(min(len(tag) - 1, len(buf)), 0, -1):
-        if buf.endswith(tag[:k]):
-            return k
+    ``len(tag) - 1`` characters are looked at, from each occurrence of the tag's first character there: O(1)
+    per call whatever the length of ``buf``."""
+    first, n = tag[0], len(buf)
+    k = buf.find(first, max(0, n - len(tag) + 1))
+    while k >= 0:
+        if tag.startswith(buf[k:]):
+            return n - k
+        k = buf.find(first, k + 1)
     return 0
