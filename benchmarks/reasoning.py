@@ -127,7 +127,9 @@ def main() -> None:
             for length in LENGTHS:
                 ours[length] = min(ours[length], timed(split, deltas[length]) / len(texts[length]) * 1e9)
                 base[length] = min(base[length], timed(loop_only, deltas[length]) / len(texts[length]) * 1e9)
-                stop[length] = min(stop[length], timed(stop_matcher, deltas[length]) / len(texts[length]) * 1e9)
+                stop[length] = min(
+                    stop[length], timed(stop_matcher, deltas[length]) / len(texts[length]) * 1e9
+                )
         for length in LENGTHS:
             if length <= 100_000:
                 theirs = min(timed(resplit, deltas[length]) for _ in range(3 if length <= 10_000 else 1))
