@@ -447,10 +447,10 @@ class ToolCallExtractor:
         self._held = ""
         if state == _TEXT:
             self._content(held)  # a partial marker or leading whitespace, and no call after all
-        elif state == _JSON and (not truncated or self._bare):
+        elif state == _JSON and (not truncated or (self._bare and self._raw is not None)):
             pj = self._json
             # After a separator (llama3's trailing ';'), nothing more is fine; anything else is a cut call
-            # (a bare llama3 one, truncated or not, until it has the call's shape: content).
+            # (a bare llama3 one that never had the call's shape, truncated or not: given back as content).
             if pj is None or pj.has_value or not self._fmt.separator or self._bare:
                 raise _Malformed("the reply ended inside a tool call", self._pos)
         # _AFTER: the last call's JSON is complete; its closing marker may be missing or partial (models end
