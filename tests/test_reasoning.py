@@ -41,7 +41,11 @@ def split(
     events: list[ReasoningEvent] = []
     for piece in pieces:
         events += x.feed(piece)
+        # Rule 1 on every split: only a proper prefix of a tag is ever held.
+        assert fmt.opening.startswith(x.held) or fmt.closing.startswith(x.held)
+        assert len(x.held) < max(len(fmt.opening), len(fmt.closing))
     events += x.finish()
+    assert x.held == ""
     return join_reasoning(events), x.in_reasoning
 
 
