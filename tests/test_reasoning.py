@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -320,6 +321,27 @@ def test_real_tokenizers_deltas_at_every_token(
         got = texts(assert_token_cuts(fmt, deltas, start))  # type: ignore[arg-type]
         # SentencePiece may drop the reply's leading space; the parts are the texts written.
         assert got == (reasoning + ("\n" if start == "tag" else ""), answer)
+
+
+CORPUS = (Path(__file__).resolve().parent / "data" / "multilingual.txt").read_bytes().decode("utf-8")
+
+
+@pytest.mark.parametrize("name", ["smollm2", "mistral-v3", "tekken"])
+def test_the_corpus_as_reasoning_and_answer_at_every_token(name: str) -> None:
+    # The text that breaks naive streaming (scripts, emoji, CRLF), cut in two around the tags.
+    half = len(CORPUS) // 2
+    text = f"<think>{CORPUS[:half]}</think>{CORPUS[half:]}"
+    tok = load_tokenizer(name)
+    deltas = token_deltas(name, tok.encode(text))
+    whole = split(QWEN3, ["".join(deltas)], "tag")
+    assert whole == oracle(QWEN3, "".join(deltas), "tag") and not whole[1]
+    assert split(QWEN3, deltas, "tag") == whole
+    rng = random.Random(7)
+    for _ in range(5):
+        assert split(QWEN3, ["".join(step) for step in random_steps(deltas, rng, most=8)], "tag") == whole
+    if name == "smollm2":  # byte-level BPE gives the text back exactly: the parts are the corpus halves
+        assert "".join(deltas) == text
+        assert texts(whole[0]) == (CORPUS[:half].lstrip(WS), CORPUS[half:].lstrip(WS))
 
 
 # -- hypothesis: any text, any split ---------------------------------------------------------------------------------
