@@ -119,6 +119,7 @@ format: $(BIN)/ruff node_modules/.bin/prettier
 bench: install
 	$(BIN)/python benchmarks/detokenizer.py
 	$(BIN)/python benchmarks/stops.py
+	$(BIN)/python benchmarks/reasoning.py
 	$(BIN)/python benchmarks/sse.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/server_load.py

@@ -21,6 +21,7 @@ from tokenrelay import (
     ChatChunkWriter,
     Detokenizer,
     PartialJSON,
+    ReasoningSplitter,
     SSEParser,
     StopMatcher,
     TextChunkWriter,
@@ -31,6 +32,7 @@ from tokenrelay import (
     UseAfterFinishError,
     load_tokenizer,
 )
+from tokenrelay._reasoning import REASONING_FORMATS
 from tokenrelay._tool_calls import FORMATS
 from tokenrelay.doctor._recording import ContentDecoder
 
@@ -126,6 +128,12 @@ CASES = {
         # parallel=False: the first complete call ends the extraction; what follows is dropped
         ends_itself=lambda x: x.feed('<tool_call>{"name": "f", "arguments": {}}</tool_call>'),
         dropped=[],
+    ),
+    "ReasoningSplitter": Case(
+        make=lambda: ReasoningSplitter(REASONING_FORMATS["qwen3"]),
+        feed=lambda x: x.feed("thinking </thi"),
+        end=lambda x: x.finish(),
+        empty=[],
     ),
     "ContentDecoder": Case(
         make=lambda: ContentDecoder("gzip"),

@@ -178,9 +178,6 @@ def test_a_last_call_without_its_closing_marker_is_complete() -> None:
 
 MALFORMED = [
     (HERMES, '<tool_call>{"name": "f", "arguments": {"a": 12]}}</tool_call>', [("f", '{"a": 12')]),
-    (HERMES, "<tool_call>[1, 2]</tool_call>", []),
-    (HERMES, '<tool_call>{"name": 5, "arguments": {}}</tool_call>', []),
-    (HERMES, '<tool_call>{"arguments": {"a": 1}}</tool_call>', []),
     (HERMES, '<tool_call>{"name": "f", "arguments": "{}"}</tool_call>', [("f", "")]),
     (HERMES, '<tool_call>{"name": "f", "arguments": {}} trailing</tool_call>', [("f", "{}")]),
     (
@@ -189,10 +186,9 @@ MALFORMED = [
         [("f", '{"a": 1}')],
     ),
     (HERMES, '<tool_call>{"name": "f", "argu', [("f", "")]),  # the reply stopped inside the call
-    (HERMES, "<tool_call>", []),
+    (HERMES, hermes("f", "{}") + "<tool_call>[1, 2]</tool_call>", [("f", "{}")]),  # after a call: an error
     (LLAMA3, '{"name": "f", "parameters": {}} and then prose', [("f", "{}")]),
-    (LLAMA3, "<|python_tag|>brave_search.call(query='x')", []),
-    (MISTRAL, '[TOOL_CALLS]{"name": "f", "arguments": {}}', []),
+    (MISTRAL, '[TOOL_CALLS][{"name": "f", "arguments": {}}, 7]', [("f", "{}")]),
 ]
 
 
@@ -204,6 +200,77 @@ def test_a_malformed_call_ends_the_extraction_after_what_was_well_formed(
     assert isinstance(events[-1], ToolCallInvalid) and events[-1].message
     assert 0 <= events[-1].offset <= len(text)
     assert calls(events) == before
+
+
+# Markup that never became a call, in a reply that has announced none: the peers pass it on as content (the
+# rest of the reply with it), and so does the extractor, instead of failing the reply (issue 31 §3).
+NEVER_CALLS = [
+    (HERMES, "<tool_call>not valid json</tool_call> so I answer myself."),
+    (HERMES, "Sure: <tool_call>[1, 2]</tool_call>"),
+    (HERMES, '<tool_call>{"name": 5, "arguments": {}}</tool_call>'),
+    (HERMES, '<tool_call>{"arguments": {"a": 1}}</tool_call>'),
+    (HERMES, "\n<tool_call>"),
+    (HERMES, '<tool_call>{"name": ""}</tool_call> 🙂 नमस्ते'),
+    (LLAMA3, "<|python_tag|>brave_search.call(query='x')"),
+    (MISTRAL, '[TOOL_CALLS]{"name": "f", "arguments": {}}'),
+    (MISTRAL, "Here: [TOOL_CALLS] none today"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "text"), NEVER_CALLS, ids=[m[1][:40] for m in NEVER_CALLS])
+def test_markup_that_never_becomes_a_call_is_content(fmt: ToolCallFormat, text: str) -> None:
+    assert assert_split_invariant(fmt, text) == [ContentDelta(text)]
+
+
+def test_markup_given_back_as_content_is_released_as_soon_as_it_fails() -> None:
+    x = ToolCallExtractor(HERMES)
+    assert x.feed("Hi <tool_call>") == [ContentDelta("Hi ")]
+    assert x.feed("{nope") == [ContentDelta("<tool_call>{nope")]
+    assert x.feed(" <tool_call>") == [ContentDelta(" <tool_call>")]  # the rest of the reply is content
+    assert x.finish() == []
+
+
+# llama3's calls may open with a bare ``{``: a reply is a call only once its object has the call's shape
+# (``{"name": ..., "parameters"/"arguments": ...}``); any other JSON answer is content (issue 31 §3).
+JSON_ANSWERS = [
+    '{"capital": "Paris"}',
+    "{}",
+    '{"a": 1} is a dict',
+    ' {"name": "Paris", "country": "France"}',
+    '{"name": "Paris"}',
+    '{"type": "city", "name": "Paris", "parameters": {}}',
+    '{"parameters": {"a": 1}, "name": 3}',
+    '{"name": "f", "parameters": 5}',
+    "{not json at all",
+    '{"name": "f", "param',  # the reply ended before it had the call's shape
+]
+
+
+@pytest.mark.parametrize("text", JSON_ANSWERS)
+def test_llama3_a_json_answer_is_content(text: str) -> None:
+    assert assert_split_invariant(LLAMA3, text) == [ContentDelta(text)]
+
+
+def test_llama3_content_opening_with_a_brace_streams_from_its_first_key() -> None:
+    x = ToolCallExtractor(LLAMA3)
+    assert x.feed('{"capital": ') == []  # the first key is known once its value starts
+    assert x.feed('"Pa') == [ContentDelta('{"capital": "Pa')]
+    assert x.feed('ris"}') == [ContentDelta('ris"}')]
+    assert x.finish() == []
+
+
+def test_llama3_a_bare_call_is_announced_once_it_has_the_calls_shape() -> None:
+    x = ToolCallExtractor(LLAMA3)
+    assert x.feed('{"name": "now", ') == []  # a name alone is not yet a call
+    assert x.feed('"parameters": {"z') == [ToolCallStarted(0, "now"), ToolArgumentsDelta(0, '{"z')]
+    args_first = '{"parameters": {"a": 1}, "name": "f"}'
+    assert calls(assert_split_invariant(LLAMA3, args_first)) == [("f", '{"a": 1}')]
+    # A truncated reply cut inside a call that has its shape keeps it; cut before, it is content.
+    assert extract(LLAMA3, ['{"name": "f", "parameters": {"a'], truncated=True) == [
+        ToolCallStarted(0, "f"),
+        ToolArgumentsDelta(0, '{"a'),
+    ]
+    assert extract(LLAMA3, ['{"name": "f", "par'], truncated=True) == [ContentDelta('{"name": "f", "par')]
 
 
 def test_the_error_offset_is_the_offending_character() -> None:
@@ -224,8 +291,8 @@ def test_a_reply_cut_by_max_tokens_keeps_its_calls_as_they_stand() -> None:
 
 def test_after_an_invalid_call_input_is_dropped() -> None:
     x = ToolCallExtractor(HERMES)
-    [invalid] = x.feed("<tool_call>]")
-    assert isinstance(invalid, ToolCallInvalid)
+    [started, invalid] = x.feed('<tool_call>{"name": "f", "arguments": ]')
+    assert started == ToolCallStarted(0, "f") and isinstance(invalid, ToolCallInvalid)
     assert x.feed("more <tool_call>") == [] and x.finish() == []
 
 
@@ -396,6 +463,7 @@ def well_formed(events: list[ToolCallEvent]) -> None:
             assert e.index in announced
         elif isinstance(e, ToolCallInvalid):
             assert k == len(events) - 1
+            assert announced  # markup that breaks before any call is content, never an error (issue 31)
 
 
 @settings(max_examples=300, deadline=None)

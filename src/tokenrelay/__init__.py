@@ -28,6 +28,7 @@ from ._errors import (
 from ._json_events import JSONEvent, JSONPath, JSONValue, StringGrew, ValueCompleted, ValueStarted
 from ._partial_json import PartialJSON
 from ._protocols import ByteTable, Tokenizer
+from ._reasoning import ReasoningSplitter
 from ._stops import StopMatcher
 from ._stream import Event, Finished, FinishReason, TextDelta, TextStream, Timings, Usage
 from ._tool_calls import ToolCallExtractor
@@ -61,6 +62,7 @@ __all__ = [
     "PayloadTooLargeError",
     "ProtocolError",
     "RateLimitError",
+    "ReasoningSplitter",
     "RequestTimeoutError",
     "SSEParser",
     "ServerSentEvent",

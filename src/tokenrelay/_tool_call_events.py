@@ -18,6 +18,7 @@ __all__ = [
     "HERMES",
     "LLAMA3",
     "MISTRAL",
+    "TOOL_CALL_PARSERS",
     "ContentDelta",
     "ToolArgumentsDelta",
     "ToolCallEnded",
@@ -56,6 +57,10 @@ LLAMA3 = ToolCallFormat(
 MISTRAL = ToolCallFormat("mistral", "[TOOL_CALLS]", array=True, needs_specials=True)
 FORMATS = {f.name: f for f in (HERMES, LLAMA3, MISTRAL)}
 """The formats by name; tokenrelay's generic format (``_tools``) is ``hermes``."""
+
+TOOL_CALL_PARSERS = {"hermes": HERMES, "llama3_json": LLAMA3, "llama4_json": LLAMA3, "mistral": MISTRAL}
+"""The formats by vLLM's ``--tool-call-parser`` names (vLLM reads Llama 3's and Llama 4's JSON calls with one
+parser; Qwen 2.5/3 use ``hermes``)."""
 
 
 def format_for_template(template: str | None) -> ToolCallFormat | None:

@@ -6,8 +6,12 @@ reads the formats real models emit (``_tool_call_events.FORMATS``, which also ho
 - ``hermes`` (Hermes, Qwen 2.5/3, and tokenrelay's generic format): ``<tool_call>`` + one JSON object
   ``{"name": ..., "arguments": {...}}`` + ``</tool_call>``, repeated for parallel calls; text before the first
   call is content. A last call whose closing tag never comes (the reply ends after its JSON) is complete;
-- ``llama3`` (Llama 3.1–3.3 JSON tool calling): a reply that starts with ``<|python_tag|>`` or ``{`` is
-  calls, JSON objects ``{"name": ..., "parameters": {...}}`` separated by ``;``; any other reply is content;
+- ``llama3`` (Llama 3.1–3.3 JSON tool calling): a reply that starts with ``<|python_tag|>`` is calls, JSON
+  objects ``{"name": ..., "parameters": {...}}`` separated by ``;``. A reply that starts with a bare ``{`` is
+  a call only once its object has the call's shape, a string ``name`` and an object ``parameters`` (or
+  ``arguments``), in either order, with an optional ``"type": "function"``: any other JSON answer
+  (``{"capital": "Paris"}``, ``{}``, ``{"a": 1} is a dict``) is content, released as soon as a key that no
+  call has (or a value that no call holds) shows it (issue 31 §3); any other reply is content;
 - ``mistral`` (Mistral v3 and Tekken): ``[TOOL_CALLS]`` + one JSON array of ``{"name", "arguments"}`` objects.
 
 ``<|python_tag|>`` and ``[TOOL_CALLS]`` are special tokens, which a detokenizer drops by default: those formats
@@ -20,8 +24,8 @@ The rules (each has a test in ``tests/test_tool_calls.py``):
 2. Every character goes out as soon as it is known: content at once, except a tail that is a real partial
    match of the opening marker (the stop matcher's rule, ``_stops.py``) and whitespace at the very start of
    the reply (it may precede a call); a call's first delta (:class:`ToolCallStarted`) as soon as its name is
-   complete; argument text as soon as it is read (while the name is unknown it waits for it). Whitespace
-   between and after calls is markup, not content.
+   complete (a bare llama3 call: once it has the call's shape); argument text as soon as it is read (while
+   the call is not announced it waits). Whitespace between and after calls is markup, not content.
 3. The JSON inside the markers is read once by :class:`~tokenrelay._partial_json.PartialJSON`, fed in pieces
    cut after each ``{`` and ``}``: the events of each piece then say exactly where the arguments begin (the
    ``{`` that ends the piece in which they start) and end (the ``}`` that ends the piece in which they
@@ -29,13 +33,21 @@ The rules (each has a test in ``tests/test_tool_calls.py``):
 4. A malformed call — JSON that cannot continue, a call that is not an object, a name that is not a string or
    is missing, arguments that are not an object, text where a closing marker must be, a reply that stops
    inside a call — ends the extraction with :class:`ToolCallInvalid` (the server sends an OpenAI-shaped error
-   event, or an error response): never a half call passed off as complete, and never retracted text. The
-   argument text before the offending character still goes out first, so the events joined are the same for
-   every split. A reply cut by ``max_tokens`` inside a call (``finish(truncated=True)``) keeps the calls as
-   they stand (``finish_reason: "length"`` says the last one is cut: it gets no :class:`ToolCallEnded`); a
-   call cut before its name was complete shows nothing.
+   event, or an error response) once the reply has announced a call: never a half call passed off as
+   complete, and never retracted text. The argument text before the offending character still goes out
+   first, so the events joined are the same for every split. Markup that breaks before the reply announced
+   any call (``<tool_call>not valid json</tool_call>``, ``[TOOL_CALLS] none``) never became a call: it and the
+   rest of the reply are content, released when it breaks, as the peers do (vLLM's parsers return the text
+   as content; issue 31 §3). A reply cut by ``max_tokens`` inside a call (``finish(truncated=True)``) keeps
+   the calls as they stand (``finish_reason: "length"`` says the last one is cut: it gets no
+   :class:`ToolCallEnded`); a call cut after its marker but before its name was complete shows nothing.
 5. ``parallel=False``: the extraction is :attr:`done` once the first call is complete; what follows is dropped
    (the caller stops the engine).
+
+At ~480 lines this module is over the usual size because it is one state machine (text, a call's JSON, after
+a call, plain text) whose states hand each other positions in the same piece of text, and whose give-back of
+markup that never became a call (rule 4) reaches into all of them: split in two, each half would need the
+other's state. The formats and events are already apart (``_tool_call_events.py``).
 
 Contract: for any split of the reply's text into deltas, the events joined (:func:`join_events`) over the
 ``feed`` calls and ``finish`` are the same. ``finish()`` again returns ``[]``; ``feed`` after it raises
@@ -85,6 +97,7 @@ class _Malformed(Exception):
 
 
 _BRACE = re.compile(r"[{}]")
+_BARE_KEYS = frozenset(("name", "type", "parameters", "arguments"))  # what a bare llama3 call may open with
 _WS = frozenset(" \t\r\n")
 
 # Where the extractor is: in text (looking for the opening marker), inside a call's JSON, after a call's JSON
@@ -93,14 +106,14 @@ _TEXT, _JSON, _AFTER, _PLAIN = range(4)
 
 
 class _Call:
-    """The call being read: its name, and its arguments' text until the name is known."""
+    """The call being read: its name, and its arguments' text until it is announced."""
 
     __slots__ = ("arguments_open", "held", "index", "name", "seen_arguments")
 
     def __init__(self) -> None:
         self.name: str | None = None
-        self.index = -1  # set when it is announced (its name complete)
-        self.held: list[str] = []  # argument text read before the name
+        self.index = -1  # set when it is announced (its name complete; for a bare llama3 call, its shape too)
+        self.held: list[str] = []  # argument text read before it was announced
         self.arguments_open = False
         self.seen_arguments = False
 
@@ -113,6 +126,7 @@ class ToolCallExtractor:
 
     __slots__ = (
         "_after_call",
+        "_bare",
         "_call",
         "_calls",
         "_doc_base",
@@ -125,6 +139,8 @@ class ToolCallExtractor:
         "_out",
         "_parallel",
         "_pos",
+        "_raw",
+        "_raw_from",
         "_started",
         "_state",
     )
@@ -141,6 +157,11 @@ class ToolCallExtractor:
         self._call: _Call | None = None
         self._calls = 0
         self._pos = 0  # characters of the reply fed before the current piece
+        # The markup of a document read while the reply has announced no call (rule 4): it is given back as
+        # content if it never becomes one. ``_raw_from``: where this feed's part of it begins.
+        self._raw: list[str] | None = None
+        self._raw_from = 0
+        self._bare = False  # the document is llama3's bare ``{``: a call only once it has the call's shape
         self._out: list[ToolCallEvent] = []
         self._done = False
         self._ended = False  # done, or malformed: input is dropped
@@ -163,10 +184,14 @@ class ToolCallExtractor:
         out = self._out = []
         if self._ended or not text:
             return out
+        self._raw_from = 0
         try:
             self._read(text)
         except _Malformed as bad:
-            self._fail(bad)
+            self._fail(bad, text)
+        else:
+            if self._raw is not None:
+                self._raw.append(text[self._raw_from :])
         self._pos += len(text)
         return out
 
@@ -178,10 +203,11 @@ class ToolCallExtractor:
         out = self._out = []
         if self._ended:
             return out
+        self._raw_from = 0
         try:
             self._end(truncated)
         except _Malformed as bad:
-            self._fail(bad)
+            self._fail(bad, "")
         return out
 
     # -- reading --------------------------------------------------------------------------------------------
@@ -228,8 +254,10 @@ class ToolCallExtractor:
                 self._after_call = False
         if fmt.leading:  # llama3: calls only at the start of the reply
             rest = buf[start:]
-            if rest.startswith(opening) or rest.startswith("{"):
-                return self._open_json(base + start + (len(opening) if rest.startswith(opening) else 0))
+            if rest.startswith(opening):
+                return self._open_json(base + start + len(opening), buf[: start + len(opening)])
+            if rest.startswith("{"):
+                return self._open_json(base + start, buf[:start], bare=True)
             if opening.startswith(rest):
                 self._held = buf  # a partial <|python_tag|>
                 return len(text)
@@ -239,8 +267,9 @@ class ToolCallExtractor:
         found = buf.find(opening, start)
         if found >= 0:
             before = buf[:found]
-            self._content(before if self._started or before.strip() else "")
-            return self._open_json(base + found + len(opening))
+            shown = self._started or before.strip()
+            self._content(before if shown else "")
+            return self._open_json(base + found + len(opening), opening if shown else before + opening)
         keep = _partial_tail(buf, opening, start)
         if not self._started and not buf[:keep].strip():
             keep = 0  # only whitespace before the partial marker: hold it all
@@ -248,13 +277,19 @@ class ToolCallExtractor:
         self._held = buf[keep:]
         return len(text)
 
-    def _open_json(self, reply_offset: int) -> int:
+    def _open_json(self, reply_offset: int, markup: str = "", *, bare: bool = False) -> int:
         """Start a JSON document at ``reply_offset``, in the current piece (a marker ends there; held text is
-        only ever part of one); its index in the piece."""
+        only ever part of one); its index in the piece. ``markup``: the text before it that goes back to
+        content with it if it never becomes a call."""
         self._json = PartialJSON()
         self._doc_base = reply_offset
         self._state = _JSON
-        return reply_offset - self._pos
+        self._bare = bare
+        at = reply_offset - self._pos
+        if self._calls == 0:
+            self._raw = [markup]
+            self._raw_from = at
+        return at
 
     def _in_json(self, text: str, i: int) -> int:
         """Feed the JSON document; the index where it ended (or ``len(text)``)."""
@@ -304,14 +339,30 @@ class ToolCallExtractor:
                     if event.kind != "object":
                         raise _Malformed(f"a tool call's {path[-1]!r} are not a JSON object", at)
                     call.seen_arguments = call.arguments_open = True
+                    if call.index < 0 and call.name is not None:
+                        self._announce(call)  # a bare call: its name and now its arguments, the call's shape
                     self._arguments(call, "{")  # the brace that ends this piece
+                elif (
+                    len(path) == 1
+                    and self._bare
+                    and call is not None
+                    and call.index < 0
+                    and path[0] not in _BARE_KEYS
+                ):
+                    raise _Malformed(f"a JSON object with a {path[-1]!r} is not a tool call", at)
             elif type(event) is ValueCompleted:
                 if call is not None and len(path) == depth + 1:
                     if path[-1] == "name":
                         if not isinstance(event.value, str) or not event.value:
                             raise _Malformed("a tool call's name is not a non-empty string", at)
                         if call.name is None:
-                            self._announce(call, event.value)
+                            call.name = event.value
+                            if not self._bare or call.seen_arguments:
+                                self._announce(call)
+                    elif path[-1] == "type" and self._bare and call.index < 0 and event.value != "function":
+                        raise _Malformed(
+                            "a JSON object whose 'type' is not 'function' is not a tool call", at
+                        )
                     elif path[-1] in fmt.arguments and call.arguments_open:
                         call.arguments_open = False
                 elif call is not None and len(path) == depth:
@@ -321,16 +372,18 @@ class ToolCallExtractor:
                         return True
                 if len(path) == 0:
                     self._json = None
+                    self._raw = None  # a document that ended well (mistral's []): nothing to give back
                     self._state = _AFTER
                     self._after_call = True
                     return True
         return False
 
-    def _announce(self, call: _Call, name: str) -> None:
-        call.name = name
+    def _announce(self, call: _Call) -> None:
+        assert call.name is not None
         call.index = self._calls
         self._calls += 1
-        self._out.append(ToolCallStarted(call.index, name))
+        self._raw = None  # a call was announced: from now on broken markup is an error (rule 4)
+        self._out.append(ToolCallStarted(call.index, call.name))
         if call.held:
             self._out.append(ToolArgumentsDelta(call.index, "".join(call.held)))
             call.held.clear()
@@ -338,7 +391,7 @@ class ToolCallExtractor:
     def _arguments(self, call: _Call, text: str) -> None:
         if not text:
             return
-        if call.name is None:
+        if call.index < 0:
             call.held.append(text)
             return
         out = self._out
@@ -351,6 +404,8 @@ class ToolCallExtractor:
     def _end_call(self, call: _Call, at: int) -> None:
         if call.name is None:
             raise _Malformed("a tool call has no name", at)
+        if call.index < 0:
+            raise _Malformed("a JSON object with no arguments is not a tool call", at)  # bare llama3
         if not call.seen_arguments:
             self._out.append(ToolArgumentsDelta(call.index, "{}"))  # rule 1: no arguments is {}
         self._out.append(ToolCallEnded(call.index))
@@ -392,17 +447,27 @@ class ToolCallExtractor:
         self._held = ""
         if state == _TEXT:
             self._content(held)  # a partial marker or leading whitespace, and no call after all
-        elif state == _JSON and not truncated:
+        elif state == _JSON and (not truncated or (self._bare and self._raw is not None)):
             pj = self._json
-            # After a separator (llama3's trailing ';'), nothing more is fine; anything else is a cut call.
-            if pj is None or pj.has_value or not self._fmt.separator:
+            # After a separator (llama3's trailing ';'), nothing more is fine; anything else is a cut call
+            # (a bare llama3 one that never had the call's shape, truncated or not: given back as content).
+            if pj is None or pj.has_value or not self._fmt.separator or self._bare:
                 raise _Malformed("the reply ended inside a tool call", self._pos)
         # _AFTER: the last call's JSON is complete; its closing marker may be missing or partial (models end
         # there). A truncated reply keeps its calls as they stand: the finish reason says it was cut.
 
-    def _fail(self, bad: _Malformed) -> None:
-        self._out.append(ToolCallInvalid(str(bad), bad.offset))
-        self._ended = True
+    def _fail(self, bad: _Malformed, text: str) -> None:
+        """Malformed markup: an error once a call was announced; before, the markup and the rest of the reply
+        are content (``text``: the current feed, whose part from ``_raw_from`` on is not in ``_raw`` yet)."""
+        raw = self._raw
+        if raw is None:
+            self._out.append(ToolCallInvalid(str(bad), bad.offset))
+            self._ended = True
+            return
+        self._raw = self._json = self._call = None
+        self._held = ""
+        self._state = _PLAIN
+        self._content("".join(raw) + text[self._raw_from :])
 
 
 def _partial_tail(buf: str, marker: str, start: int) -> int:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from tokenrelay import __version__
 from tokenrelay._errors import ConfigError, TokenRelayError
 from tokenrelay._extras import missing_extra
+from tokenrelay._parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 from tokenrelay.doctor import command as doctor_command
 from tokenrelay.engines import ENGINES
 from tokenrelay.engines._batching import DEFAULT_PARALLEL, DEFAULT_PREFILL_CHUNK
@@ -407,6 +408,26 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         help="processes serving the one port, for the upstream and replay engines (an in-process model "
         "would be loaded once per process); --max-active and --max-queued are per worker",
     )
+    parsers = parser.add_argument_group("how replies are read (vLLM's parser names)")
+    parsers.add_argument(
+        "--reasoning-parser",
+        choices=REASONING_PARSERS,
+        metavar="NAME",
+        help="split the reply's reasoning from its answer: "
+        + ", ".join(REASONING_PARSERS)
+        + " ('none' keeps the tags in the answer; default: detected from the model's chat template, the "
+        "GGUF's or --tokenizer's, and none for a template without <think> or [THINK])",
+    )
+    parsers.add_argument(
+        "--tool-call-parser",
+        choices=tuple(TOOL_CALL_PARSERS),
+        metavar="NAME",
+        help="the markup the model writes tool calls in: "
+        + ", ".join(TOOL_CALL_PARSERS)
+        + " (default: hermes, tokenrelay's generic format, which it writes into the prompt of a template "
+        "that takes no tools; not detected from a template: name it for replies of a model whose template "
+        "is not read here, as the replay and upstream engines')",
+    )
     _add_engine_options(parser)
 
 
@@ -449,6 +470,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         body_timeout=args.body_timeout,
         max_prompt_chars=args.max_prompt_chars,
         gzip=not args.no_gzip,
+        reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
     )
     if args.workers > 1:
         model = engine.model

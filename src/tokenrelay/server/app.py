@@ -30,6 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from tokenrelay import __version__
 from tokenrelay._errors import NotFoundError, RateLimitError, RequestTimeoutError, TokenRelayError
+from tokenrelay._parsers import resolve_reasoning_parser, resolve_tool_call_parser
 from tokenrelay.engines.base import Engine
 
 from .admission import Admission
@@ -71,6 +72,12 @@ class ServerConfig:
     # While the app runs, the cyclic collector skips what existed at startup and makes full passes rarer
     # (_tune_collector); False leaves the process's collector alone.
     tune_gc: bool = True
+    # How replies are read (issue 31): vLLM's --reasoning-parser and --tool-call-parser names. Reasoning: None
+    # detects the format from the model's chat template, "none" splits nothing. Tool calls: None leaves the
+    # choice to the engine (tool_replies.call_format). Resolved once, into _Server's reasoning_format and
+    # tool_call_format; an unknown name is a ConfigError naming the choices (create_app raises it).
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
 
 
 class _Server:
@@ -78,6 +85,10 @@ class _Server:
         self.engine = engine
         self.config = config
         self.seat = seat  # one of several worker processes: their shared board, and this one's row
+        # The formats the reply path reads replies with (issue 31): refused here, before anything is set up.
+        template = getattr(engine.tokenizer, "chat_template", None)
+        self.reasoning_format = resolve_reasoning_parser(config.reasoning_parser, template)
+        self.tool_call_format = resolve_tool_call_parser(config.tool_call_parser)
         share = getattr(engine, "share_counts", None)  # an engine whose counts the workers share (upstream)
         if seat is not None and share is not None:
             share(seat.board.replica_cells(seat.worker))
