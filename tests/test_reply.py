@@ -16,6 +16,7 @@ import pytest
 from _cuts import random_steps
 from tokenrelay import load_tokenizer
 from tokenrelay._errors import ToolCallError, UseAfterFinishError
+from tokenrelay._reasoning import REASONING_FORMATS, ReasoningSplitter
 from tokenrelay._reply import (
     CallArguments,
     CallEnded,
@@ -142,31 +143,41 @@ def test_a_malformed_call_after_its_name_raises_tool_call_error() -> None:
         pipeline.feed(TextDelta("]}</tool_call>", (2,)))
 
 
-class _Splitter:
-    """A stand-in reasoning splitter: everything before the first "|" is reasoning."""
+def test_reasoning_becomes_reasoning_events_that_count_their_tokens_and_calls_come_from_the_answer() -> None:
+    text = "<think>\nहम्म 🤔 <tool_call>not a call</tool_call></think>\n\n" + REPLY
+    ids = [*TOK.encode(text), *sorted(TOK.eos_token_ids)[:1]]
 
-    def __init__(self) -> None:
-        self.in_reasoning = True
+    def run_reasoning(steps: Sequence[Sequence[int]]) -> list[ReplyEvent]:
+        stream = TextStream(TOK)
+        splitter = ReasoningSplitter(REASONING_FORMATS["qwen3"])
+        pipeline = ReplyPipeline(tools=HERMES, reasoning=splitter, new_call_id=lambda: "call_r")
+        out: list[ReplyEvent] = []
+        for step in steps:
+            for event in stream.feed(step):
+                if isinstance(event, TextDelta):
+                    out.extend(pipeline.feed(event))
+                else:
+                    out.extend(pipeline.finish(event))
+        return out
 
-    def feed(self, text: str) -> list[tuple[bool, str]]:
-        if not self.in_reasoning:
-            return [(False, text)]
-        head, bar, tail = text.partition("|")
-        if not bar:
-            return [(True, head)]
-        self.in_reasoning = False
-        return [(True, head), (False, tail)]
-
-    def finish(self) -> list[tuple[bool, str]]:
-        return []
-
-
-def test_reasoning_pieces_become_reasoning_events_and_count_their_tokens() -> None:
-    pipeline = ReplyPipeline(reasoning=_Splitter())
-    events = [*pipeline.feed(TextDelta("think", (1, 2))), *pipeline.feed(TextDelta("ing|answer", (3,)))]
-    assert events == [ReasoningDelta("think", (1, 2)), ReasoningDelta("ing", (3,)), TextDelta("answer", ())]
-    (end,) = pipeline.finish(Finished("stop", Usage(1, 3)))
-    assert isinstance(end, ReplyEnded) and end.reasoning_tokens == 3 and not end.in_reasoning
+    whole = run_reasoning([ids])
+    reasoning = "".join(e.text for e in whole if isinstance(e, ReasoningDelta))
+    assert reasoning == "हम्म 🤔 <tool_call>not a call</tool_call>"
+    assert summary([e for e in whole if not isinstance(e, ReasoningDelta)])[:3] == (
+        "Let me look: 🌦 विश्व.\n",
+        [(0, "call_r", "get_weather")],
+        '{"city": "Zürich", "unit": "°C"}',
+    )
+    end = whole[-1]
+    assert isinstance(end, ReplyEnded) and end.reason == "tool_calls"
+    assert 0 < end.reasoning_tokens == sum(len(e.token_ids) for e in whole if isinstance(e, ReasoningDelta))
+    for cut in range(1, len(ids), 3):
+        events = run_reasoning([ids[:cut], ids[cut:]])
+        assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == reasoning
+        assert summary([e for e in events if not isinstance(e, ReasoningDelta)]) == summary(
+            [e for e in whole if not isinstance(e, ReasoningDelta)]
+        )
+        assert all_ids(events) == ids
 
 
 def test_the_collector_gives_the_whole_reply_and_the_end_rule_holds() -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 from tokenrelay._errors import ToolCallError, UseAfterFinishError
+from tokenrelay._reasoning import ReasoningSplitter
 from tokenrelay._stream import Finished, StepTime, TextDelta, Timings, Usage
 from tokenrelay._tool_call_events import (
     ContentDelta,
@@ -52,7 +53,6 @@ __all__ = [
     "CallStarted",
     "EndReason",
     "ReasoningDelta",
-    "ReasoningSplitter",
     "Reply",
     "ReplyCollector",
     "ReplyEnded",
@@ -134,17 +134,6 @@ class ReplyFailed:
 ReplyEvent: TypeAlias = (
     TextDelta | ReasoningDelta | CallStarted | CallArguments | CallEnded | ReplyEnded | ReplyFailed
 )
-
-
-class ReasoningSplitter(Protocol):
-    """What the pipeline needs of a reasoning splitter (``_reasoning``): text in, reasoning and answer out.
-
-    ``feed`` and ``finish`` return ``(is_reasoning, text)`` pairs, adjacent pairs never of the same kind."""
-
-    @property
-    def in_reasoning(self) -> bool: ...
-    def feed(self, text: str) -> Sequence[tuple[bool, str]]: ...
-    def finish(self) -> Sequence[tuple[bool, str]]: ...
 
 
 class ReplyWriter(Protocol):
@@ -342,16 +331,15 @@ class ReplyPipeline:
         self._steps.clear()
         return ids, steps
 
-    def _split(self, pieces: Sequence[tuple[bool, str]], out: list[ReplyEvent]) -> None:
-        for is_reasoning, text in pieces:
-            if not text:
-                continue
-            if is_reasoning:
+    def _split(self, pieces: Sequence[object], out: list[ReplyEvent]) -> None:
+        for piece in pieces:
+            text = piece.text  # type: ignore[attr-defined]
+            if type(piece) is ContentDelta:
+                self._answer(text, out)
+            else:  # the splitter's reasoning
                 ids, steps = self._take()
                 self._reasoning_tokens += len(ids)
                 out.append(ReasoningDelta(text, ids, steps))
-            else:
-                self._answer(text, out)
 
     def _answer(self, text: str, out: list[ReplyEvent]) -> None:
         if self._extractor is None:
