@@ -124,12 +124,16 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def to_openai(self) -> dict[str, int]:
-        return {
+    def to_openai(self, reasoning_tokens: int = 0) -> dict[str, object]:
+        """OpenAI's usage object; ``reasoning_tokens`` (of the completion) adds ``completion_tokens_details``."""
+        usage: dict[str, object] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+        if reasoning_tokens:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+        return usage
 
 
 @dataclass(frozen=True)

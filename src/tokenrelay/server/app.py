@@ -74,7 +74,7 @@ class ServerConfig:
     tune_gc: bool = True
     # How replies are read (issue 31): vLLM's --reasoning-parser and --tool-call-parser names. Reasoning: None
     # detects the format from the model's chat template, "none" splits nothing. Tool calls: None leaves the
-    # choice to the engine (tool_replies.call_format). Resolved once, into _Server's reasoning_format and
+    # choice to the engine (generation.call_format). Resolved once, into _Server's reasoning_format and
     # tool_call_format; an unknown name is a ConfigError naming the choices (create_app raises it).
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None

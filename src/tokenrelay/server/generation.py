@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from tokenrelay._errors import EngineError, TokenRelayError, UnavailableError
+from tokenrelay._reasoning import ReasoningFormat, ReasoningSplitter, ReplyStart, reply_start
 from tokenrelay._reply import ReplyCollector, ReplyFailed, ReplyPipeline, ReplyWriter
 from tokenrelay._stream import Finished, TextDelta, Usage
 from tokenrelay._tool_call_events import FORMATS, ToolCallFormat, format_for_template
@@ -148,6 +149,10 @@ class RunHost(Protocol):
     def metrics(self) -> ServerMetrics: ...
     @property
     def live(self) -> set[Run]: ...
+    @property
+    def reasoning_format(self) -> ReasoningFormat | None: ...
+    @property
+    def tool_call_format(self) -> ToolCallFormat | None: ...
 
 
 class Run:
@@ -208,12 +213,28 @@ class Run:
         )
 
     def _pipeline(self) -> ReplyPipeline:
-        tools = self.gen.tools
-        if tools is None:
+        """The hold-backs this reply needs: the reasoning splitter when the server reads a reasoning format
+        (``--reasoning-parser``, or the template's), the tool-call extractor when the request has tools."""
+        server, gen = self.server, self.gen
+        fmt, tools = server.reasoning_format, gen.tools
+        reasoning = None
+        if fmt is not None and gen.kind != "completion":
+            reasoning = ReasoningSplitter(fmt, start=self._reply_start(fmt))
+        if tools is None and reasoning is None:
             return ReplyPipeline()
+        calls = None if tools is None else server.tool_call_format or call_format(server.engine)
         return ReplyPipeline(
-            tools=call_format(self.server.engine), parallel=tools.parallel, new_call_id=_call_id
+            tools=calls,
+            parallel=True if tools is None else tools.parallel,
+            reasoning=reasoning,
+            new_call_id=_call_id,
         )
+
+    def _reply_start(self, fmt: ReasoningFormat) -> ReplyStart:
+        """Where this reply starts, read from the end of its rendered prompt (a template that opened the tag,
+        or opened and closed it to turn thinking off)."""
+        tail = self.server.engine.tokenizer.decode(self.prompt_ids[-8:], skip_special_tokens=False)
+        return reply_start(fmt, tail)
 
     def _fail(self, exc: BaseException) -> TokenRelayError:
         if isinstance(exc, TokenRelayError):

@@ -80,9 +80,9 @@ class _ChunkWriter:
         self._head = b"data: " + json_bytes(fields)[:-1] + b',"choices":['
         self._tail = b"]" + (b',"usage":null' if include_usage else b"") + b"}\n\n"
 
-    def usage(self, usage: Usage) -> bytes:
+    def usage(self, usage: Usage, reasoning_tokens: int = 0) -> bytes:
         """The ``stream_options.include_usage`` chunk: no choices, the token counts."""
-        return self._head + b'],"usage":' + json_bytes(usage.to_openai()) + b"}\n\n"
+        return self._head + b'],"usage":' + json_bytes(usage.to_openai(reasoning_tokens)) + b"}\n\n"
 
     def _frame(self, choice: dict[str, object]) -> bytes:
         return self._head + json_bytes(choice) + self._tail
@@ -303,6 +303,7 @@ def chat_completion(
     system_fingerprint: str | None = None,
     tool_calls: Sequence[tuple[str, str, str]] = (),
     reasoning: str | None = None,
+    reasoning_tokens: int = 0,
 ) -> dict[str, object]:
     """A whole (non-streamed) ``chat.completion`` response body. ``tool_calls``: ``(id, name, arguments)``
     of each call the reply made; the message's ``content`` is then ``null`` when the reply had no text.
@@ -327,7 +328,7 @@ def chat_completion(
         "model": model,
         "system_fingerprint": system_fingerprint,
         "choices": [choice],
-        "usage": usage.to_openai(),
+        "usage": usage.to_openai(reasoning_tokens),
     }
 
 

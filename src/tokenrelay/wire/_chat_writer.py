@@ -128,7 +128,8 @@ class ChatReplyWriter:
             chunks.finish(event.reason, event.token_ids if self._ids else None), sent, event.steps
         )
         if self._usage:
-            return (finish, self._stamp(chunks.usage(event.usage), sent, None), DONE)
+            usage = chunks.usage(event.usage, event.reasoning_tokens)
+            return (finish, self._stamp(usage, sent, None), DONE)
         return (finish, DONE)
 
     def body(self, reply: Reply) -> bytes:
@@ -142,6 +143,7 @@ class ChatReplyWriter:
             usage=end.usage,
             tool_calls=[(c.id, c.name, c.arguments) for c in reply.calls],
             reasoning=reply.reasoning or None,
+            reasoning_tokens=end.reasoning_tokens,
         )
         if (
             self._prompt_ids is not None
