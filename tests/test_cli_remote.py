@@ -178,3 +178,20 @@ def test_talking_to_a_server_needs_only_the_core() -> None:
         )
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout.decode() == "core only ☕\n"
+
+
+def test_generate_shows_reasoning_apart_and_hides_it_when_asked() -> None:
+    reply = "<think>\nहम्म, 🤔 maybe\n</think>\n\nIt is ☕."
+    app, _ = replay_app(reply, rate=None, reasoning_parser="qwen3")
+    with serve(app) as url:
+        as_json = tokenrelay("generate", "--url", url, "--json", "tea?")
+        plain = tokenrelay("generate", "--url", url, "tea?")
+        hidden = tokenrelay("generate", "--url", url, "--hide-reasoning", "tea?")
+    *lines, summary = [json.loads(line) for line in as_json.stdout.decode().splitlines()]
+    assert "".join(line.get("reasoning", "") for line in lines) == "हम्म, 🤔 maybe\n"
+    assert "".join(line.get("delta", "") for line in lines) == "It is ☕."
+    assert all(("reasoning" in line) != ("delta" in line) for line in lines)
+    assert summary["finish_reason"] == "stop"
+    # not a terminal: no escape codes, reasoning first, then the answer
+    assert plain.stdout.decode() == "हम्म, 🤔 maybe\nIt is ☕.\n"
+    assert hidden.stdout.decode() == "It is ☕.\n"

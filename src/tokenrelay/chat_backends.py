@@ -42,10 +42,12 @@ Prompt = str | Messages  # a raw text prompt, or chat messages
 
 @dataclass(frozen=True)
 class Piece:
-    """Text the model added; ``token_ids`` when the engine runs here (a server does not send them)."""
+    """Text the model added; ``token_ids`` when the engine runs here (a server does not send them);
+    ``reasoning``: the text is the model's reasoning, apart from the answer."""
 
     text: str
     token_ids: tuple[int, ...] = ()
+    reasoning: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ class RemoteBackend:
         return params
 
     async def stream(self, prompt: Prompt, options: Options) -> AsyncGenerator[Piece | End, None]:
-        from tokenrelay.client import ChatResult, astream_chat
+        from tokenrelay.client import ChatReasoning, ChatResult, astream_chat
 
         if isinstance(prompt, str):
             async for piece in self._completion(prompt, options):
@@ -194,7 +196,7 @@ class RemoteBackend:
                     if isinstance(item, ChatResult):
                         yield End(item.finish_reason, item.usage)
                     else:
-                        yield Piece(item.text)
+                        yield Piece(item.text, reasoning=isinstance(item, ChatReasoning))
 
     async def _completion(self, prompt: str, options: Options) -> AsyncGenerator[Piece | End, None]:
         """A raw prompt: ``POST /v1/completions`` streamed, read with the SSE client."""
@@ -242,6 +244,7 @@ class Turn:
     clock: Callable[[], float] = time.perf_counter
     started: float = field(default=0.0)
     parts: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)  # the reasoning, apart: never part of the answer
     times: list[float] = field(default_factory=list)
     token_ids: int = 0
     end: End | None = None
@@ -259,6 +262,9 @@ class Turn:
         if isinstance(item, End):
             self.end = item
             self.ended_at = self.clock()
+        elif item.reasoning:
+            self.reasoning.append(item.text)
+            self.token_ids += len(item.token_ids)
         else:
             self.parts.append(item.text)
             self.times.append(self.clock())

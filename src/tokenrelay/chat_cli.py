@@ -83,6 +83,15 @@ def _close(loop: asyncio.AbstractEventLoop, backend: Backend) -> None:
 # -- generate ------------------------------------------------------------------------------------------------
 
 
+DIM, UNDIM = b"\x1b[2m", b"\x1b[22m"
+
+
+def _shown(piece: Piece, dim: bool) -> bytes:
+    """A piece as the terminal shows it: reasoning dimmed (SGR 2, then 22: a piece never leaves it dim)."""
+    text = piece.text.encode("utf-8")
+    return DIM + text + UNDIM if piece.reasoning and dim else text
+
+
 def run_generate(args: argparse.Namespace, backend: Backend) -> int:
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     prompt: Prompt
@@ -93,15 +102,18 @@ def run_generate(args: argparse.Namespace, backend: Backend) -> int:
         if args.system:
             prompt.insert(0, {"role": "system", "content": args.system})
     out = _stdout_bytes()
+    dim = sys.stdout.isatty()
 
     def write(piece: Piece) -> None:
+        if piece.reasoning and args.hide_reasoning:
+            return
         if args.json:
-            line: dict[str, object] = {"delta": piece.text}
+            line: dict[str, object] = {"reasoning" if piece.reasoning else "delta": piece.text}
             if piece.token_ids:
                 line["token_ids"] = list(piece.token_ids)
             out.write(json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n")
         else:
-            out.write(piece.text.encode("utf-8"))
+            out.write(_shown(piece, dim))
         out.flush()
 
     loop = asyncio.new_event_loop()
@@ -248,7 +260,9 @@ class _Chat:
         turn = Turn()
 
         def write(piece: Piece) -> None:
-            self.out.write(piece.text.encode("utf-8"))
+            if piece.reasoning and self.args.hide_reasoning:
+                return
+            self.out.write(_shown(piece, self.interactive))
             self.out.flush()
 
         task = stream_turn(self.backend, [*self.messages(), user], options_from(self.args), turn, write)

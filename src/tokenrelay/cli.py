@@ -318,14 +318,24 @@ def _configure_generate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", help='the prompt; "-" reads it from stdin')
     parser.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
     _add_sampling_options(parser)
+    _add_reasoning_option(parser)
     parser.add_argument("--include-stop", action="store_true", help="keep the stop string in the output")
     parser.add_argument("--json", action="store_true", help="JSON Lines on stdout: deltas, then a summary")
     _add_client_options(parser)
     _add_engine_options(parser)
 
 
+def _add_reasoning_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hide-reasoning",
+        action="store_true",
+        help="do not show the model's reasoning (shown dimmed, apart from the answer, by default)",
+    )
+
+
 def _configure_chat(parser: argparse.ArgumentParser) -> None:
     _add_sampling_options(parser)
+    _add_reasoning_option(parser)
     parser.add_argument("--verbose", action="store_true", help="timings on stderr after each reply")
     _add_client_options(parser)
     _add_engine_options(parser)

@@ -11,6 +11,7 @@
 from tokenrelay.client.stream import (
     DEFAULT_TIMEOUT,
     ChatDelta,
+    ChatReasoning,
     ChatResult,
     ChunkArrival,
     ClientTimings,
@@ -33,6 +34,7 @@ __all__ = [
     "CUT_FINISH_REASONS",
     "DEFAULT_TIMEOUT",
     "ChatDelta",
+    "ChatReasoning",
     "ChatResult",
     "ChunkArrival",
     "ClientTimings",

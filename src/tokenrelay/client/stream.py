@@ -28,7 +28,7 @@ from tokenrelay.wire._chat_reader import ChatStreamDecoder, error_from_body
 from tokenrelay.wire._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "ChatDelta", "ChatResult", "ChunkArrival", "ClientTimings", "StreamLog",
+    "DEFAULT_TIMEOUT", "ChatDelta", "ChatReasoning", "ChatResult", "ChunkArrival", "ClientTimings", "StreamLog",
     "aiter_events", "astream_chat", "iter_events", "stream_chat",
 ]  # fmt: skip
 
@@ -64,8 +64,16 @@ class ChatDelta:
 
 
 @dataclass(frozen=True)
+class ChatReasoning:
+    """Reasoning text the model added (apart from the answer), and when its chunk arrived."""
+
+    text: str
+    at: float
+
+
+@dataclass(frozen=True)
 class ChatResult:
-    """The last item of a chat stream."""
+    """The last item of a chat stream. ``text`` is the answer; ``reasoning`` the reasoning, apart."""
 
     text: str
     finish_reason: str | None
@@ -73,6 +81,7 @@ class ChatResult:
     finished: bool  # [DONE] or a finish_reason arrived; False only with allow_truncated=True
     timings: ClientTimings
     chunks: tuple[ChunkArrival, ...]
+    reasoning: str = ""
 
 
 @dataclass
@@ -255,19 +264,24 @@ class _ChatRun:
         self.decoder = ChatStreamDecoder()
         self.chunks: list[ChunkArrival] = []
         self.deltas: list[ChatDelta] = []
+        self.reasoning: list[str] = []
 
-    def feed(self, chunk: bytes) -> list[ChatDelta]:
+    def feed(self, chunk: bytes) -> list[ChatDelta | ChatReasoning]:
         at = time.perf_counter() - self.start
         self.chunks.append(ChunkArrival(at, len(chunk)))
-        deltas = []
+        out: list[ChatDelta | ChatReasoning] = []
         for event in self.parser.feed(chunk):
             if self.decoder.done:
                 break  # nothing after [DONE] belongs to the reply
             text = self.decoder.feed(event)
+            if self.decoder.reasoning:
+                self.reasoning.append(self.decoder.reasoning)
+                out.append(ChatReasoning(self.decoder.reasoning, at))
             if text:
-                deltas.append(ChatDelta(text, at))
-        self.deltas += deltas
-        return deltas
+                delta = ChatDelta(text, at)
+                self.deltas.append(delta)
+                out.append(delta)
+        return out
 
     def result(self, cut: httpx.TransportError | None, allow_truncated: bool) -> ChatResult:
         total = time.perf_counter() - self.start
@@ -284,7 +298,13 @@ class _ChatRun:
         )
         text = "".join(delta.text for delta in self.deltas)
         return ChatResult(
-            text, decoder.finish_reason, decoder.usage, decoder.finished, timings, tuple(self.chunks)
+            text,
+            decoder.finish_reason,
+            decoder.usage,
+            decoder.finished,
+            timings,
+            tuple(self.chunks),
+            "".join(self.reasoning),
         )
 
 
@@ -320,8 +340,9 @@ def stream_chat(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
     **params: object,
-) -> Generator[ChatDelta | ChatResult, None, None]:
-    """Stream an OpenAI-compatible chat completion: :class:`ChatDelta` items, then one :class:`ChatResult`.
+) -> Generator[ChatDelta | ChatReasoning | ChatResult, None, None]:
+    """Stream an OpenAI-compatible chat completion: :class:`ChatDelta` items (and :class:`ChatReasoning` for
+    reasoning, apart), then one :class:`ChatResult`.
 
     ``base_url`` is the API root as the OpenAI SDK takes it (``http://host:port/v1``); ``params`` go into the
     request body (``max_tokens=...``, ``temperature=...``).
@@ -360,7 +381,7 @@ async def astream_chat(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
     **params: object,
-) -> AsyncGenerator[ChatDelta | ChatResult, None]:
+) -> AsyncGenerator[ChatDelta | ChatReasoning | ChatResult, None]:
     """:func:`stream_chat` for ``httpx.AsyncClient``."""
     url, all_headers, body = _chat_request(base_url, messages, model, include_usage, api_key, headers, params)
     http = client if client is not None else httpx.AsyncClient(timeout=timeout)

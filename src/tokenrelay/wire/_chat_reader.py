@@ -105,6 +105,24 @@ def choice_content(chunk: dict[str, object]) -> tuple[str, str | None] | None:
     return "", None
 
 
+def choice_reasoning(chunk: dict[str, object]) -> str:
+    """The reasoning text a parsed chunk's choice 0 carries: ``delta.reasoning_content`` (tokenrelay,
+    llama-server, SGLang, DeepSeek) or ``delta.reasoning`` (vLLM), ``""`` when none."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return ""
+    for choice in choices:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                return ""
+            piece = delta.get("reasoning_content")
+            if not isinstance(piece, str):
+                piece = delta.get("reasoning")
+            return piece if isinstance(piece, str) else ""
+    return ""
+
+
 @dataclass(frozen=True)
 class ToolCallDelta:
     """One entry of a chunk's ``delta.tool_calls``: the call's ``index``, and its ``id`` and ``name`` when the
@@ -180,10 +198,21 @@ class ChatStreamDecoder:
     Tool calls (:func:`choice_tool_calls`) gather in :attr:`tool_calls`, one per index in the order they
     started: a call's first delta must name its function (a fragment for an index never named is a
     :class:`ProtocolError`); later ones add ``arguments`` fragments (an ``id`` or ``name`` repeated on them is
-    ignored). :attr:`tool_deltas` are those of the last event fed.
+    ignored). :attr:`tool_deltas` are those of the last event fed, and :attr:`reasoning` its reasoning text
+    (:func:`choice_reasoning`).
     """
 
-    __slots__ = ("_calls", "done", "finish_reason", "id", "model", "not_chunks", "tool_deltas", "usage")
+    __slots__ = (
+        "_calls",
+        "done",
+        "finish_reason",
+        "id",
+        "model",
+        "not_chunks",
+        "reasoning",
+        "tool_deltas",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.done = False  # [DONE] seen
@@ -194,6 +223,7 @@ class ChatStreamDecoder:
         self.not_chunks = 0
         self._calls: dict[int, StreamedToolCall] = {}
         self.tool_deltas: list[ToolCallDelta] = []
+        self.reasoning = ""  # the reasoning text of the last event fed (choice_reasoning)
 
     @property
     def finished(self) -> bool:
@@ -241,6 +271,7 @@ class ChatStreamDecoder:
             self.not_chunks += 1
             return ""
         self.tool_deltas = choice_tool_calls(chunk)
+        self.reasoning = choice_reasoning(chunk)
         if self.tool_deltas:
             self._add_tool_deltas(self.tool_deltas)
         text, reason = content
