@@ -110,7 +110,8 @@ def sdk() -> Iterator[openai.OpenAI]:
 
 def test_the_official_sdk_reads_reasoning_content_as_an_extra_field(sdk: openai.OpenAI) -> None:
     reasoning, content = "", ""
-    for chunk in sdk.chat.completions.create(model="replay", messages=MESSAGES, stream=True):  # type: ignore[call-overload]
+    chunks: Any = sdk.chat.completions.create(model="replay", messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+    for chunk in chunks:
         if chunk.choices:
             delta = chunk.choices[0].delta
             reasoning += getattr(delta, "reasoning_content", None) or ""

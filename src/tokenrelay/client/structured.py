@@ -239,7 +239,7 @@ def stream_json(
             for item in chat:
                 if isinstance(item, ChatResult):
                     yield run.result(item)
-                elif (update := run.feed(item)) is not None:
+                elif isinstance(item, ChatDelta) and (update := run.feed(item)) is not None:  # not reasoning
                     yield update
         except StreamTruncated as exc:
             raise run.cut(exc) from exc
@@ -308,7 +308,7 @@ async def astream_json(
             async for item in chat:
                 if isinstance(item, ChatResult):
                     yield run.result(item)
-                elif (update := run.feed(item)) is not None:
+                elif isinstance(item, ChatDelta) and (update := run.feed(item)) is not None:  # not reasoning
                     yield update
         except StreamTruncated as exc:
             raise run.cut(exc) from exc
