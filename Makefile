@@ -120,6 +120,7 @@ bench: install
 	$(BIN)/python benchmarks/detokenizer.py
 	$(BIN)/python benchmarks/stops.py
 	$(BIN)/python benchmarks/reasoning.py
+	$(BIN)/python benchmarks/reasoning_server.py
 	$(BIN)/python benchmarks/sse.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/server_load.py

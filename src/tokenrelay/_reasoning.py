@@ -184,6 +184,21 @@ class ReasoningSplitter:
         Before the reply has shown which way it starts, the start decides."""
         return self._state == _REASONING or (self._state == _OPENING and self._start == "reasoning")
 
+    def plain_reasoning(self, text: str) -> bool:
+        """Whether ``text``, fed now, would be all reasoning and change nothing held: the middle of the
+        reasoning, no character of it able to begin the closing tag. A caller may then take it as reasoning
+        without feeding it (the splitter's state is the same either way)."""
+        if self._state != _REASONING or self._lead or self._held or not text:
+            return False
+        closing = self._fmt.closing
+        return text.find(closing[0], max(0, len(text) - len(closing))) < 0 and closing not in text
+
+    @property
+    def answering(self) -> bool:
+        """Whether every later ``feed`` passes its text on whole as answer (the reasoning is over, nothing is
+        held and the answer has begun): a caller may then skip the splitter."""
+        return self._state == _ANSWER and not self._lead and not self._held
+
     @property
     def held(self) -> str:
         """The partial tag held back (for inspection and tests): never longer than the tag less one."""

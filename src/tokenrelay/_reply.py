@@ -235,6 +235,7 @@ class ReplyPipeline:
         "_ids",
         "_new_call_id",
         "_reasoning",
+        "_reasoning_only",
         "_reasoning_tokens",
         "_steps",
         "_timed",
@@ -262,6 +263,7 @@ class ReplyPipeline:
         self._ended = False
         #: No hold-back: every delta goes out unchanged (the server's plain prose path).
         self.plain = self._extractor is None and reasoning is None
+        self._reasoning_only = reasoning is not None and self._extractor is None
 
     @property
     def done(self) -> bool:
@@ -279,12 +281,38 @@ class ReplyPipeline:
             raise UseAfterFinishError("ReplyPipeline.feed() after finish()")
         if self.plain:
             return (delta,)
+        reasoning = self._reasoning
+        if self._reasoning_only and not self._ids:
+            assert reasoning is not None
+            # Reasoning alone, nothing held: the common deltas leave as one event with the delta's own ids.
+            if reasoning.answering:
+                return (delta,)
+            if reasoning.plain_reasoning(delta.text):
+                self._reasoning_tokens += len(delta.token_ids)
+                return (ReasoningDelta(delta.text, delta.token_ids, delta.steps),)
+            pieces = reasoning.feed(delta.text)
+            if len(pieces) == 1:
+                piece = pieces[0]
+                if type(piece) is ContentDelta:
+                    return (
+                        delta
+                        if piece.text == delta.text
+                        else TextDelta(piece.text, delta.token_ids, delta.steps),
+                    )
+                self._reasoning_tokens += len(delta.token_ids)
+                return (ReasoningDelta(piece.text, delta.token_ids, delta.steps),)
+            self._ids.extend(delta.token_ids)
+            if delta.steps is not None:
+                self._timed = True
+                self._steps.extend(delta.steps)
+            out: list[ReplyEvent] = []
+            self._split(pieces, out)
+            return out
         self._ids.extend(delta.token_ids)
         if delta.steps is not None:
             self._timed = True
             self._steps.extend(delta.steps)
-        out: list[ReplyEvent] = []
-        reasoning = self._reasoning
+        out = []
         if reasoning is None:
             self._answer(delta.text, out)
         else:

@@ -115,7 +115,7 @@ class ChatChunkWriter(_ChunkWriter):
     chunk is always exactly one ``data:`` line.
     """
 
-    __slots__ = ("_content_head", "_content_tail")
+    __slots__ = ("_content_head", "_content_tail", "_reasoning_head")
 
     def __init__(
         self,
@@ -128,6 +128,7 @@ class ChatChunkWriter(_ChunkWriter):
     ) -> None:
         super().__init__("chat.completion.chunk", id, model, created, system_fingerprint, include_usage)
         self._content_head = self._head + b'{"index":0,"delta":{"content":'
+        self._reasoning_head = self._head + b'{"index":0,"delta":{"reasoning_content":'
         self._content_tail = b'},"logprobs":null,"finish_reason":null}' + self._tail
 
     def _frame(self, choice: dict[str, object]) -> bytes:
@@ -170,6 +171,10 @@ class ChatChunkWriter(_ChunkWriter):
 
     def reasoning(self, text: str, token_ids: Sequence[int] | None = None) -> bytes:
         """A reasoning delta: ``delta.reasoning_content`` (the field llama-server, SGLang and DeepSeek send)."""
+        if token_ids is None:
+            if self._ended:
+                raise self._after_finish()
+            return b"".join((self._reasoning_head, encode_basestring(text).encode(), self._content_tail))
         choice: dict[str, object] = {
             "index": 0,
             "delta": {"reasoning_content": text},
