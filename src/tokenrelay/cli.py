@@ -325,6 +325,16 @@ def _configure_generate(parser: argparse.ArgumentParser) -> None:
     _add_engine_options(parser)
 
 
+def _budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of tokens: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a budget is at least 0 tokens, not {value}")
+    return value
+
+
 def _add_reasoning_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hide-reasoning",
@@ -429,6 +439,13 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         "GGUF's or --tokenizer's, and none for a template without <think> or [THINK])",
     )
     parsers.add_argument(
+        "--reasoning-budget",
+        type=_budget,
+        metavar="TOKENS",
+        help="the most reasoning tokens a reply may spend when its request sets no budget; past it the "
+        "embedded engine writes the closing tag itself and the model answers (0: no thinking; default: no cap)",
+    )
+    parsers.add_argument(
         "--tool-call-parser",
         choices=tuple(TOOL_CALL_PARSERS),
         metavar="NAME",
@@ -481,6 +498,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         max_prompt_chars=args.max_prompt_chars,
         gzip=not args.no_gzip,
         reasoning_parser=args.reasoning_parser,
+        reasoning_budget=args.reasoning_budget,
         tool_call_parser=args.tool_call_parser,
     )
     if args.workers > 1:

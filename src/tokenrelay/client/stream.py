@@ -297,14 +297,10 @@ class _ChatRun:
             total=total,
         )
         text = "".join(delta.text for delta in self.deltas)
+        reasoning = "".join(self.reasoning)
+        chunks = tuple(self.chunks)
         return ChatResult(
-            text,
-            decoder.finish_reason,
-            decoder.usage,
-            decoder.finished,
-            timings,
-            tuple(self.chunks),
-            "".join(self.reasoning),
+            text, decoder.finish_reason, decoder.usage, decoder.finished, timings, chunks, reasoning
         )
 
 

@@ -53,6 +53,7 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from tokenrelay._errors import EngineError, InvalidRequestError, TokenRelayError
 from tokenrelay._protocols import Tokenizer
+from tokenrelay._reasoning import ReasoningFormat, ReplyStart
 from tokenrelay._stream import Event, Finished, FinishReason, StepTimeline, TextDelta, TextStream
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "Step",
     "Stranded",
     "TextStep",
+    "ThinkingBudget",
     "TimedIds",
     "render_plain_chat",
     "stream_events",
@@ -160,6 +162,17 @@ class JSONConstraint:
 
 
 @dataclass(frozen=True)
+class ThinkingBudget:
+    """At most ``budget`` tokens of reasoning (``0``: none), in ``fmt``'s tags, for a reply that starts at
+    ``start``: the engines that sample here write the closing tag themselves once it is spent
+    (``_reasoning_budget``)."""
+
+    fmt: ReasoningFormat
+    start: ReplyStart
+    budget: int
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How to sample. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable; ``constraint``, when
     set, is the JSON the reply must be (see the module docstring); ``grammar`` a grammar it must match, in
@@ -172,6 +185,7 @@ class SamplingParams:
     seed: int | None = None
     constraint: JSONConstraint | None = None
     grammar: str | None = None
+    thinking: ThinkingBudget | None = None
 
     def __post_init__(self) -> None:
         # The OpenAI API's own bounds, so a bad request is a 400 naming the field, not an engine crash.

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, cast
 
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._protocols import Tokenizer
+from tokenrelay._reasoning_budget import ReasoningBudget
 from tokenrelay.engines._batching import (
     DEFAULT_PARALLEL,
     DEFAULT_PREFILL_CHUNK,
@@ -137,6 +138,7 @@ class _Running:
     request: _Request
     slot: Slot
     sampler: Sampler
+    budget: ReasoningBudget | None = None  # a thinking budget (issue 31): the closing tag written here
 
 
 class LlamaCppEngine:
@@ -441,12 +443,28 @@ class LlamaCppEngine:
                 self.prompt_tokens_copied += copied
                 slot = Slot(seq, request.prompt_ids, request.limit, self._stop_ids, fed=reused)
                 sampler = Sampler(params.temperature, params.top_p, params.seed, request.mask)
-                running.append(_Running(request, slot, sampler))
+                running.append(_Running(request, slot, sampler, self._budget(params, request.mask)))
             if running:
                 self._step(running, release)
             for barrier in barriers:
                 barrier.set()
             barriers.clear()
+
+    def _budget(self, params: SamplingParams, mask: object) -> ReasoningBudget | None:
+        """The request's thinking budget, enforced here (not with a constraint's mask: a written token the
+        mask did not choose would put its grammar out of step)."""
+        thinking = params.thinking
+        if thinking is None or mask is not None:
+            return None
+        tokenizer = self.tokenizer
+        closing_ids = tokenizer.encode("\n" + thinking.fmt.closing + "\n\n")
+        return ReasoningBudget(
+            thinking.fmt,
+            budget=thinking.budget,
+            start=thinking.start,
+            closing_ids=closing_ids,
+            piece=lambda token: tokenizer.decode([token], skip_special_tokens=False),
+        )
 
     def _step(self, running: list[_Running], release: Callable[..., None]) -> None:
         native = self._native
@@ -477,6 +495,8 @@ class LlamaCppEngine:
             except EngineError as exc:
                 release(run, exc)
                 continue
+            if run.budget is not None:  # past the thinking budget: the closing tag instead
+                token = run.budget.next(token)
             slot.accept(token)
             if not run.request.cancelled:
                 run.request.deliver(timed_ids((token,), started, time.perf_counter()))

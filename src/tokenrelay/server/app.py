@@ -78,6 +78,9 @@ class ServerConfig:
     # tool_call_format; an unknown name is a ConfigError naming the choices (create_app raises it).
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
+    # The thinking budget of a request that gives none (llama-server's --reasoning-budget): None is no cap, 0
+    # turns thinking off. Enforced by the engines that sample here (the embedded one).
+    reasoning_budget: int | None = None
 
 
 class _Server:
@@ -89,6 +92,7 @@ class _Server:
         template = getattr(engine.tokenizer, "chat_template", None)
         self.reasoning_format = resolve_reasoning_parser(config.reasoning_parser, template)
         self.tool_call_format = resolve_tool_call_parser(config.tool_call_parser)
+        self.reasoning_budget = config.reasoning_budget
         share = getattr(engine, "share_counts", None)  # an engine whose counts the workers share (upstream)
         if seat is not None and share is not None:
             share(seat.board.replica_cells(seat.worker))

@@ -13,6 +13,7 @@ has none to give, and only its TTFT, duration and tokens are counted).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -25,7 +26,7 @@ from tokenrelay._reasoning import ReasoningFormat, ReasoningSplitter, ReplyStart
 from tokenrelay._reply import ReplyCollector, ReplyFailed, ReplyPipeline, ReplyWriter
 from tokenrelay._stream import Finished, TextDelta, Usage
 from tokenrelay._tool_call_events import FORMATS, ToolCallFormat, format_for_template
-from tokenrelay.engines.base import stream_events
+from tokenrelay.engines.base import ThinkingBudget, stream_events
 from tokenrelay.wire._chat_writer import ChatReplyWriter, CompletionReplyWriter, openai_error_body
 
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
@@ -153,6 +154,8 @@ class RunHost(Protocol):
     def reasoning_format(self) -> ReasoningFormat | None: ...
     @property
     def tool_call_format(self) -> ToolCallFormat | None: ...
+    @property
+    def reasoning_budget(self) -> int | None: ...
 
 
 class Run:
@@ -202,10 +205,15 @@ class Run:
 
     def _stream(self, step_times: bool = False) -> AsyncIterator[TextDelta | Finished]:
         server, gen = self.server, self.gen
+        params = gen.params
+        fmt = server.reasoning_format
+        budget = gen.thinking_budget if gen.thinking_budget is not None else server.reasoning_budget
+        if fmt is not None and budget is not None and gen.kind != "completion":
+            params = dataclasses.replace(params, thinking=ThinkingBudget(fmt, self._reply_start(fmt), budget))
         return stream_events(
             server.engine,
             gen.prompt,
-            gen.params,
+            params,
             stops=gen.stops,
             prompt_ids=self.prompt_ids,
             executor=server.intake.pool,

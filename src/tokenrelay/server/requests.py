@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -92,9 +92,18 @@ class _Common(BaseModel):
     response_format: ResponseFormat | None = None
 
 
+class ChatTemplateKwargs(BaseModel):
+    model_config = _STRICT
+    enable_thinking: bool | None = None  # Qwen3's, as vLLM, SGLang and llama-server take it
+
+
 class ChatCompletionBody(_Common):
     messages: list[Message]
     max_completion_tokens: Integer | None = None
+    # Issue 31: "none" (or enable_thinking: false) is a reply without thinking; the other efforts leave the
+    # budget to the server's --reasoning-budget and the model.
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    chat_template_kwargs: ChatTemplateKwargs | None = None
     tools: list[ToolBody] | None = None
     tool_choice: str | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -141,6 +150,9 @@ class Generation:
     tools: ToolRequest | None = None  # chat requests whose reply may call tools (tool_choice not "none")
     #: What a dialect's writer needs of the request beyond the above (the Responses API's echo of it, ...).
     extra: Any = None
+    #: The reply's thinking budget in tokens (issue 31): ``0`` turns thinking off, ``None`` leaves it to the
+    #: server's default (``--reasoning-budget``) and the model.
+    thinking_budget: int | None = None
 
 
 def _loads(body: bytes) -> dict[str, Any]:
@@ -404,6 +416,11 @@ def parse_generation(
         constraint=constraint_from(req.response_format),
         grammar=grammar_for(tools, req.response_format),
     )
+    thinking_budget: int | None = None
+    if isinstance(req, ChatCompletionBody):
+        kwargs = req.chat_template_kwargs
+        if req.reasoning_effort == "none" or (kwargs is not None and kwargs.enable_thinking is False):
+            thinking_budget = 0
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     step_times = bool(req.stream and req.stream_options and req.stream_options.include_step_times)
     return Generation(
@@ -417,4 +434,5 @@ def parse_generation(
         req.return_token_ids,
         step_times,
         tools,
+        thinking_budget=thinking_budget,
     )
