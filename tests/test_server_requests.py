@@ -16,14 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenrelay._errors import InvalidRequestError
-from tokenrelay.server.requests import (
-    ChatCompletionBody,
-    CompletionBody,
-    _Common,
-    _validate,
-    _validate_loaded,
-    parse_generation,
-)
+from tokenrelay.server.bodies import _validate_loaded
+from tokenrelay.server.bodies import validate as _validate
+from tokenrelay.server.requests import ChatCompletionBody, CompletionBody, _Common, parse_generation
 
 scalars = st.one_of(
     st.none(),

@@ -19,33 +19,31 @@ The pydantic models double as the OpenAPI schema of the two endpoints.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from tokenrelay._errors import InvalidRequestError
 from tokenrelay._tools import ToolRequest, chat_with_tools
 from tokenrelay.engines.base import ChatMessage, Prompt, SamplingParams
 
+from .bodies import STRICT, Integer, check_text, is_off, validate
 from .response_format import ResponseFormat, constraint_from
 from .tools import NamedToolChoice, ToolBody, ToolCallBody, grammar_for, history_call, tool_request
 
 __all__ = ["ChatCompletionBody", "CompletionBody", "Generation", "parse_generation"]
 
+# The names other parsers imported from here before bodies.py held them.
+_STRICT, _check_text, _validate = STRICT, check_text, validate
+
 MAX_STOPS = 16
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-# strict: no coercion from strings or booleans; allow_inf_nan: a non-finite number is refused by name.
-_STRICT = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
-
-
 class StreamOptions(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     include_usage: bool = False
     # tokenrelay's extension (issue 13): each chunk says when the model step of each of its tokens ran and
     # when the chunk was sent (``wire._chat.timed_frame``). Like include_usage, it only applies to a stream.
@@ -53,31 +51,21 @@ class StreamOptions(BaseModel):
 
 
 class TextPart(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     type: str
     text: str | None = None
 
 
 class Message(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     role: str
     content: str | list[TextPart] | None = None
     tool_calls: list[ToolCallBody] | None = None  # assistant turns
     tool_call_id: str | None = None  # tool turns: the call this result answers
 
 
-def _integral(value: object) -> object:
-    # JSON has one number type: 5.0 is the integer 5 (JSON Schema agrees); 5.5, "5" and true are not.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-Integer = Annotated[int, BeforeValidator(_integral)]
-
-
 class _Common(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     model: str = ""  # empty or omitted: the model this server serves
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -93,7 +81,7 @@ class _Common(BaseModel):
 
 
 class ChatTemplateKwargs(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     enable_thinking: bool | None = None  # Qwen3's, as vLLM, SGLang and llama-server take it
 
 
@@ -155,96 +143,9 @@ class Generation:
     thinking_budget: int | None = None
 
 
-def _loads(body: bytes) -> dict[str, Any]:
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRequestError(f"the request body is not valid UTF-8 (byte {exc.start})") from exc
-    non_finite: list[str] = []
-
-    def constant(name: str) -> float:  # NaN, Infinity, -Infinity: Python's json takes them, JSON does not
-        non_finite.append(name)
-        return math.nan
-
-    try:
-        data = json.loads(text, parse_constant=constant)
-    except json.JSONDecodeError as exc:
-        raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from exc
-    except (
-        ValueError
-    ) as exc:  # Python's limit on integer digits (4,300), not a JSON rule: no such number is sane
-        raise InvalidRequestError("the request body holds an integer with too many digits") from exc
-    except RecursionError as exc:  # ~1,000 nested arrays or objects (a 2 KB body) exhaust the parser
-        raise InvalidRequestError("the request body is not valid JSON: nested too deeply") from exc
-    if not isinstance(data, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    if non_finite:
-        param = _path_of_non_finite(data)
-        where = f" (in {param})" if param else ""
-        raise InvalidRequestError(
-            f"the request body is not valid JSON: {non_finite[0]} is not a JSON number{where}", param=param
-        )
-    return data
-
-
-def _path_of_non_finite(data: dict[str, Any]) -> str | None:
-    """The dotted path of the first non-finite number in ``data`` (iterative: the data may nest deeply)."""
-    todo: list[tuple[str, object]] = [(str(k), v) for k, v in data.items()]
-    while todo:
-        path, value = todo.pop(0)
-        if isinstance(value, float) and not math.isfinite(value):
-            return path
-        if isinstance(value, dict):
-            todo.extend((f"{path}.{k}", v) for k, v in value.items())
-        elif isinstance(value, list):
-            todo.extend((f"{path}.{i}", v) for i, v in enumerate(value))
-    return None
-
-
-def _check_text(value: str, param: str) -> None:
-    """Refuse a string that is not Unicode text: a lone surrogate cannot be tokenized, written or logged."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidRequestError(
-            f"{param} holds a lone surrogate (U+{ord(value[exc.start]):04X} at index {exc.start}); "
-            "text must be valid Unicode",
-            param=param,
-        ) from exc
-
-
-def _step_into(node: object, step: int | str) -> tuple[bool, object]:
-    if isinstance(node, dict) and step in node:
-        return True, node[step]
-    if isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
-        return True, node[step]
-    return False, node
-
-
-def _from_validation(exc: ValidationError, data: dict[str, Any]) -> InvalidRequestError:
-    err = exc.errors()[0]
-    # pydantic's location also names the union member it tried ("stop.str", "content.list[TextPart].0"):
-    # keep only the steps that are keys and indices of the request itself, and the name of a missing field.
-    loc = err["loc"]
-    path: list[str] = []
-    node: object = data
-    for i, step in enumerate(loc):
-        found, node = _step_into(node, step)
-        if found or (err["type"] == "missing" and i == len(loc) - 1):
-            path.append(str(step))
-    param = ".".join(path) or None
-    message = f"{param}: {err['msg']}" if param else err["msg"]
-    return InvalidRequestError(message, param=param)
-
-
-def _is_off(value: object, off: tuple[object, ...]) -> bool:
-    # As JSON compares: true is not 1, false is not 0 (Python's == says they are).
-    return any(value == o and isinstance(value, bool) == isinstance(o, bool) for o in off)
-
-
 def _refuse_unsupported(data: dict[str, Any], n: int) -> None:
     for field, off in _UNSUPPORTED.items():
-        if field in data and not _is_off(data[field], off):
+        if field in data and not is_off(data[field], off):
             raise InvalidRequestError(
                 f"'{field}' is not supported by this server (it would change the reply); remove it",
                 param=field,
@@ -261,7 +162,7 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     if any(s == "" for s in stops):
         raise InvalidRequestError("stop strings must not be empty", param="stop")
     for s in stops:
-        _check_text(s, "stop")
+        check_text(s, "stop")
     return tuple(stops)
 
 
@@ -275,11 +176,11 @@ def _content(m: Message, i: int) -> str:
                     param=f"messages.{i}.content.{j}",
                     code="unsupported_parameter",
                 )
-            _check_text(part.text, f"messages.{i}.content.{j}.text")
+            check_text(part.text, f"messages.{i}.content.{j}.text")
             texts.append(part.text)
         return "".join(texts)
     content = m.content or ""
-    _check_text(content, f"messages.{i}.content")
+    check_text(content, f"messages.{i}.content")
     return content
 
 
@@ -327,34 +228,6 @@ def _messages(messages: list[Message], tools: ToolRequest | None) -> Sequence[Ch
     return chat_with_tools(turns, tools) if with_tools else out
 
 
-def _validate(body: bytes, model: type[_Common]) -> _Common:
-    """The body as ``model`` (its undeclared fields in ``model_extra``), refused as the long way refuses."""
-    # One pass from bytes to the model (pydantic's JSON parser), not json.loads and then a walk of the dicts:
-    # this is on every request's path. A body it refuses, or one that may hold a non-finite number (which it
-    # would take in an ignored field), goes the long way, whose errors name the field. Its parser refuses
-    # what json.loads lets through only to be refused later (a lone surrogate's escape, an integer of
-    # thousands of digits), so both ways accept the same bodies (tests/test_server_requests.py).
-    if b"NaN" not in body and b"Infinity" not in body:
-        try:
-            req = model.model_validate_json(body)
-        except (ValueError, RecursionError):  # ValidationError is a ValueError
-            pass
-        else:
-            return req
-    return _validate_loaded(body, model)
-
-
-def _validate_loaded(body: bytes, model: type[_Common]) -> _Common:
-    """The long way: ``json.loads``, then the model; every refusal names what is wrong."""
-    data = _loads(body)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise _from_validation(exc, data) from exc
-    except RecursionError as exc:  # deep nesting in a field the validator walks
-        raise InvalidRequestError("the request body is nested too deeply") from exc
-
-
 def parse_generation(
     body: bytes,
     kind: str,
@@ -365,8 +238,8 @@ def parse_generation(
     max_prompt_chars: int | None = None,
 ) -> Generation:
     """Validate a request body; raise ``InvalidRequestError`` (400) naming the field that is wrong."""
-    req = _validate(body, ChatCompletionBody if kind == "chat" else CompletionBody)
-    _check_text(req.model, "model")
+    req = validate(body, ChatCompletionBody if kind == "chat" else CompletionBody)
+    check_text(req.model, "model")
     _refuse_unsupported(req.model_extra or {}, req.n)
     limits = {"max_tokens": req.max_tokens}
     if isinstance(req, ChatCompletionBody):  # the newer name wins when both are given
@@ -398,7 +271,7 @@ def parse_generation(
             prompt = req.prompt[0]
         else:
             prompt = req.prompt
-        _check_text(prompt, "prompt")
+        check_text(prompt, "prompt")
         size, prompt_param = len(prompt), "prompt"
     if max_prompt_chars is not None and size > max_prompt_chars:
         # Checked before tokenizing: the cap bounds the CPU one request can cost (issue 12).
