@@ -80,6 +80,7 @@ class ReasoningFormat:
     closing: str
     start: ReplyStart = "tag"  # where a reply begins when the prompt does not say (reply_start)
     needs_specials: bool = False  # the tags are special tokens: decode with them kept
+    markup_whitespace: bool = True  # whitespace after a tag is markup (rule 3); False keeps it as text
 
 
 def _think(name: str, start: ReplyStart) -> ReasoningFormat:
@@ -171,7 +172,7 @@ class ReasoningSplitter:
             raise ValueError(f"start must be 'tag', 'reasoning' or 'answer', not {self._start!r}")
         self._state = _ANSWER if self._start == "answer" else _OPENING
         self._held = ""  # a proper prefix of the tag awaited: the opening one, then the closing one
-        self._lead = True  # at the start of a part (reasoning, answer): whitespace there is dropped
+        self._lead = fmt.markup_whitespace  # at the start of a part (reasoning, answer): whitespace dropped
         self._finished = False
 
     @property
@@ -248,7 +249,7 @@ class ReasoningSplitter:
                 return len(text)
             self._held = ""
             self._state = _REASONING
-            self._lead = True
+            self._lead = self._fmt.markup_whitespace
             return i + len(need)
         # Not the tag: what was held is the first text of the reasoning (read again there: ``</`` begins the
         # closing tag too; no closing tag fits in a partial opening one) or of the answer.
@@ -272,7 +273,7 @@ class ReasoningSplitter:
                 _emit(out, ReasoningDelta, buf[:found])
             self._held = ""
             self._state = _ANSWER
-            self._lead = True
+            self._lead = self._fmt.markup_whitespace
             return i + found + len(closing) - len(held)
         keep = _partial_tail(buf, closing)
         if keep < len(buf):

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from tokenrelay._errors import ProtocolError
+from tokenrelay._reasoning import ReasoningFormat
 from tokenrelay.wire._chat_reader import choice_tool_calls, error_from_body
 
 __all__ = [
@@ -391,6 +392,27 @@ class LlamaCppTextReader:
         self._call = -1  # the index of the tool call being written back as markup (-1: none open)
         self._calls = 0  # tool calls written back so far
         self._call_arguments = False  # the open call has had argument text
+        self._thinking = 0  # reasoning written back as markup: 0 none yet, 1 open, 2 closed
+
+    def _reasoning_text(self, delta: object, text: str, more: bool) -> tuple[str, bool]:
+        """``text`` with the delta's separate reasoning (``reasoning_content``, or ``reasoning``) written back
+        between ``<think>`` and ``</think>`` (:data:`RELAYED_REASONING`), so the front's one reasoning splitter
+        cuts it again; ``more``: the delta carries answer text or calls, which close the reasoning. Also whether
+        the delta carried reasoning (generated text, a token)."""
+        thought = None
+        if isinstance(delta, dict):
+            thought = delta.get("reasoning_content")
+            if not isinstance(thought, str):
+                thought = delta.get("reasoning")
+        out = ""
+        thinking = isinstance(thought, str) and bool(thought) and self._thinking < 2
+        if thinking:
+            out = ("<think>" if self._thinking == 0 else "") + str(thought)
+            self._thinking = 1
+        if more and self._thinking == 1:
+            out += "</think>"
+            self._thinking = 2
+        return out + text, thinking
 
     def _tool_text(self, chunk: dict[str, Any], finish: bool) -> str:
         """The markup of ``chunk``'s ``delta.tool_calls`` (see the module docstring); ``finish``: close the
@@ -450,11 +472,14 @@ class LlamaCppTextReader:
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
                 self._finish = finish
-            generated = bool(text) or (isinstance(delta, dict) and bool(delta.get("tool_calls")))
-            if isinstance(delta, dict) and (delta.get("tool_calls") or self._call >= 0):
+            calls = isinstance(delta, dict) and bool(delta.get("tool_calls"))
+            answered = bool(text) or calls  # (markup written back below is no generated text of its own)
+            if isinstance(delta, dict) and (calls or self._call >= 0):
                 if text and self._call >= 0:  # text after a call: the call is over
                     text = self._close_call() + text
                 text += self._tool_text(obj, isinstance(finish, str))
+            text, thought = self._reasoning_text(delta, text, answered)
+            generated = answered or thought
         # A server that sends no counts: one token per delta.
         tokens = max(0, total - self._counted) if type(total) is int else 1 if generated else 0
         if not text and self._finish in ("stop", "tool_calls") and self._max_tokens is not None:
@@ -467,6 +492,10 @@ class LlamaCppTextReader:
             prompt_tokens=prompt_tokens,
         )
 
+
+#: How the front reads reasoning a text replica sent apart (``LlamaCppTextReader`` writes it back as this
+#: markup): at the reply's start only, and no whitespace taken as markup, so the relayed text is exact.
+RELAYED_REASONING = ReasoningFormat("relayed", "<think>", "</think>", start="tag", markup_whitespace=False)
 
 Reader: TypeAlias = OpenAITokenReader | SGLangReader | TGIReader | LlamaCppTextReader
 

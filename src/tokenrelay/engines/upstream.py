@@ -22,11 +22,15 @@ Replicas (every URL serves the same model):
   the replica enforces it;
 - tool calls (issue 21): replicas that send ids get the generic format's turns (the front extracts the calls);
   llama-server gets OpenAI's turns and ``tools`` (``_tools.wire_chat``), and its parsed calls are relayed;
+  so is the reasoning it sends apart (issue 31: written back as ``reasoning_markup``, the splitter's format);
 - metrics: per replica, requests, failures, retries away from it, tokens, cancellations, in flight and up
   (``metrics_collector()`` is a Prometheus collector the server registers);
 - several worker processes (``serve --workers N``): ``share_counts`` puts each replica's numbers in cells
   every worker reads (``server.board``), so the least-loaded pick counts every worker's requests in flight,
   and the metrics and ``health()`` are the whole server's.
+
+It is over 400 lines because the replica state, the retry loop and the two stream shapes (ids, llama.cpp's
+text) are one request's path through one class; the wire (``_upstream_wire``) and the client are apart.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from tokenrelay._tools import ChatWithTools, wire_chat
 from tokenrelay.engines._upstream_wire import (
     LLAMACPP_MAX_ENUM_VALUES,
     PROTOCOLS,
+    RELAYED_REASONING,
     Protocol,
     enum_values,
     openai_response_format,
@@ -141,6 +146,8 @@ class UpstreamEngine:
         self._upstream_model = model
         self._model = model or "upstream"
         self.protocol: Protocol = protocol
+        # A text replica sends reasoning apart; its reader writes it back as markup the splitter reads (issue 31).
+        self.reasoning_markup = RELAYED_REASONING if protocol == "llamacpp" else None
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._health_interval = health_interval
         self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)  # health checks only

@@ -91,6 +91,9 @@ class _Server:
         # The formats the reply path reads replies with (issue 31): refused here, before anything is set up.
         template = getattr(engine.tokenizer, "chat_template", None)
         self.reasoning_format = resolve_reasoning_parser(config.reasoning_parser, template)
+        if self.reasoning_format is None and config.reasoning_parser is None:
+            # An engine that relays reasoning a replica sent apart, as markup of its own (upstream llama-server).
+            self.reasoning_format = getattr(engine, "reasoning_markup", None)
         self.tool_call_format = resolve_tool_call_parser(config.tool_call_parser)
         self.reasoning_budget = config.reasoning_budget
         share = getattr(engine, "share_counts", None)  # an engine whose counts the workers share (upstream)
