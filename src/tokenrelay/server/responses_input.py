@@ -52,7 +52,7 @@ def tools_of(
         if not isinstance(tool, dict):
             raise InvalidRequestError(f"tools[{i}] must be an object", param=f"tools.{i}")
         kind = tool.get("type")
-        if kind in BUILT_IN_TOOLS:
+        if isinstance(kind, str) and kind in BUILT_IN_TOOLS:
             left_out.append(str(kind))
             continue
         if kind != "function":

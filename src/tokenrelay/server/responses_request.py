@@ -44,8 +44,8 @@ from tokenrelay.wire._responses import ResponsesReplyWriter
 
 from .requests import _STRICT, Generation, Integer, _check_text, _is_off, _validate
 from .response_format import JSONSchemaFormat, ResponseFormat, constraint_from
-from .responses_input import build_prompt, tools_of, turns_of
-from .tools import grammar_for
+from .responses_input import BUILT_IN_TOOLS, ROLES, build_prompt, tools_of, turns_of
+from .tools import CALL_NEEDS_TOOLS, MAX_TOOLS, TOOL_NAME, grammar_for
 
 __all__ = [
     "UNSUPPORTED",
@@ -262,3 +262,118 @@ def responses_writer(run: _Run) -> ReplyWriter:
     return ResponsesReplyWriter(
         id=run.id, model=gen.model, created_at=run.created, echo=request.echo, on_end=request.keep
     )
+
+
+def openapi_schemas(
+    text: dict[str, Any], common: dict[str, Any], ref: Callable[[str], Any]
+) -> dict[str, Any]:
+    """The OpenAPI components of a ``/v1/responses`` body (``openapi.py`` adds them): ``text`` is the schema of
+    a prompt text, ``common`` the schemas of the fields shared with chat (``model``, ``stream``, ...)."""
+    nullable_text = {"anyOf": [{"type": "null"}, text]}
+    return {
+        "ResponsesTextPart": {
+            "type": "object",
+            "required": ["type", "text"],
+            "properties": {"type": {"enum": ["input_text", "output_text"]}, "text": text},
+        },
+        "ResponsesMessage": {
+            "type": "object",
+            "required": ["role", "content"],
+            "properties": {
+                "type": {"const": "message"},
+                "role": {"enum": list(ROLES)},
+                "content": {"anyOf": [text, {"type": "array", "items": ref("ResponsesTextPart")}]},
+            },
+        },
+        "ResponsesTool": {
+            "type": "object",
+            "required": ["type", "name"],
+            "description": "a function tool in the Responses API's flat shape; OpenAI's built-in tool types "
+            f"({', '.join(sorted(BUILT_IN_TOOLS))}) are also taken, left out of the prompt and named in the "
+            "response's `tokenrelay.tools_left_out`",
+            "properties": {
+                "type": {"const": "function"},
+                "name": {"type": "string", "pattern": f"^{TOOL_NAME.pattern}$"},
+                "description": nullable_text,
+                "parameters": {
+                    "type": ["object", "null"],
+                    "description": "the JSON Schema of the arguments object, checked as chat's tools' are",
+                },
+                "strict": {"type": ["boolean", "null"]},
+            },
+        },
+        "ResponsesRequest": {
+            "type": "object",
+            "required": ["input"],
+            "properties": {
+                "model": common["model"],
+                "stream": common["stream"],
+                "input": {
+                    "anyOf": [text, {"type": "array", "minItems": 1, "items": ref("ResponsesMessage")}],
+                    "description": "a user turn, or input items: messages, and `function_call`, "
+                    "`function_call_output` and `reasoning` items",
+                },
+                "instructions": nullable_text,
+                "max_output_tokens": common["max_tokens"],
+                "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+                "top_p": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
+                "tools": {
+                    "anyOf": [
+                        {"type": "null"},
+                        {"type": "array", "maxItems": MAX_TOOLS, "items": ref("ResponsesTool")},
+                    ],
+                    "description": "function tools, their names unique (a 400 `duplicate_tool_name` otherwise)",
+                },
+                "tool_choice": {
+                    "anyOf": [
+                        {"enum": [None, "none", "auto", "required"]},
+                        {
+                            "type": "object",
+                            "required": ["type", "name"],
+                            "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
+                            "description": "this function must be called: it must be one of `tools` (a 400 "
+                            "`unknown_tool` otherwise)",
+                        },
+                    ]
+                },
+                "parallel_tool_calls": {"type": ["boolean", "null"]},
+                "text": {
+                    "anyOf": [
+                        {"type": "null"},
+                        {
+                            "type": "object",
+                            "properties": {
+                                "format": {
+                                    "anyOf": [
+                                        {"type": "null"},
+                                        {
+                                            "type": "object",
+                                            "required": ["type"],
+                                            "properties": {"type": {"enum": ["text", "json_object"]}},
+                                        },
+                                    ],
+                                    "description": "also `json_schema` with `name`, `schema` and `strict`: "
+                                    "the reply is constrained as chat's `response_format` is",
+                                }
+                            },
+                        },
+                    ]
+                },
+                "store": {"type": ["boolean", "null"]},
+                "previous_response_id": {
+                    "type": "null",
+                    "description": "the id of a stored response to continue (a 404 when it is not stored)",
+                },
+                "metadata": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+                "user": {"type": ["string", "null"]},
+                "reasoning": {"type": ["object", "null"]},
+                "include": {"type": ["array", "null"], "items": {"type": "string"}},
+                "stream_options": {"type": ["object", "null"]},
+                "background": {"enum": [None, False]},
+                "truncation": {"enum": [None, "disabled"]},
+                "top_logprobs": {"enum": [None, 0]},
+                **{name: {"type": "null"} for name in ("conversation", "prompt", "max_tool_calls", "seed")},
+            },
+            **CALL_NEEDS_TOOLS,
+        },
+    }

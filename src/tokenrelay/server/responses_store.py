@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from tokenrelay._errors import NotFoundError
@@ -157,15 +157,25 @@ class ResponseStore:
         return gen
 
 
+_NOT_STORED = {
+    "description": "No response with this id is stored (unknown, evicted, deleted, or kept by another worker)",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
+}
+
+
 def add_response_routes(app: FastAPI, store: ResponseStore) -> None:
-    """``GET`` and ``DELETE /v1/responses/{response_id}``."""
+    """``GET`` and ``DELETE /v1/responses/{response_id}`` (one route, so a 405 lists both in ``Allow``)."""
 
-    @app.get("/v1/responses/{response_id}", name="get_response", summary="A stored response, as it ended.")
-    async def get_response(response_id: str) -> Response:
-        return Response(store.get(response_id).body, media_type="application/json")
-
-    @app.delete("/v1/responses/{response_id}", name="delete_response", summary="Remove a stored response.")
-    async def delete_response(response_id: str) -> Response:
+    @app.api_route(
+        "/v1/responses/{response_id}",
+        methods=["GET", "DELETE"],
+        name="response",
+        summary="GET: a stored response, as it ended. DELETE: remove it.",
+        responses={404: _NOT_STORED},
+    )
+    async def stored_response(request: Request, response_id: str) -> Response:
+        if request.method == "GET":
+            return Response(store.get(response_id).body, media_type="application/json")
         store.delete(response_id)
         body = json.dumps({"id": response_id, "object": "response", "deleted": True}).encode()
         return Response(body, media_type="application/json")
