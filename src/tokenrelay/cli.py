@@ -393,6 +393,22 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         "--max-prompt-chars", type=int, default=200_000, help="longer prompts are refused (400) untokenized"
     )
     parser.add_argument(
+        "--responses-store",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="Responses API: stored responses kept in memory (never on disk) for previous_response_id and GET "
+        "/v1/responses/{id}, oldest evicted first; with --workers, per worker, each finding only its own (a 404 "
+        "names the id elsewhere); 0 stores none",
+    )
+    parser.add_argument(
+        "--responses-store-mb",
+        type=float,
+        default=64.0,
+        metavar="MB",
+        help="Responses API: the stored responses' byte budget (their JSON and conversations), per worker",
+    )
+    parser.add_argument(
         "--graceful-timeout",
         type=float,
         default=5.0,
@@ -472,6 +488,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         gzip=not args.no_gzip,
         reasoning_parser=args.reasoning_parser,
         tool_call_parser=args.tool_call_parser,
+        responses_store_count=args.responses_store,
+        responses_store_bytes=int(args.responses_store_mb * (1 << 20)),
     )
     if args.workers > 1:
         model = engine.model

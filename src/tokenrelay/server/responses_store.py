@@ -164,18 +164,28 @@ _NOT_STORED = {
 
 
 def add_response_routes(app: FastAPI, store: ResponseStore) -> None:
-    """``GET`` and ``DELETE /v1/responses/{response_id}`` (one route, so a 405 lists both in ``Allow``)."""
+    """``GET`` and ``DELETE /v1/responses/{response_id}``.
 
-    @app.api_route(
-        "/v1/responses/{response_id}",
-        methods=["GET", "DELETE"],
-        name="response",
-        summary="GET: a stored response, as it ended. DELETE: remove it.",
-        responses={404: _NOT_STORED},
-    )
-    async def stored_response(request: Request, response_id: str) -> Response:
-        if request.method == "GET":
-            return Response(store.get(response_id).body, media_type="application/json")
+    One route answers both, so a 405 lists both in ``Allow``; the two declared after it (never reached) give
+    the OpenAPI document one operation each."""
+
+    async def get_response(response_id: str) -> Response:
+        return Response(store.get(response_id).body, media_type="application/json")
+
+    async def delete_response(response_id: str) -> Response:
         store.delete(response_id)
         body = json.dumps({"id": response_id, "object": "response", "deleted": True}).encode()
         return Response(body, media_type="application/json")
+
+    async def stored_response(request: Request, response_id: str) -> Response:
+        if request.method == "GET":
+            return await get_response(response_id)
+        return await delete_response(response_id)
+
+    path = "/v1/responses/{response_id}"
+    app.add_api_route(path, stored_response, methods=["GET", "DELETE"], include_in_schema=False)
+    for handler, method, summary in (
+        (get_response, "GET", "A stored response, as it ended."),
+        (delete_response, "DELETE", "Remove a stored response."),
+    ):
+        app.add_api_route(path, handler, methods=[method], summary=summary, responses={404: _NOT_STORED})
