@@ -219,7 +219,10 @@ def test_a_call_cut_by_length_is_incomplete_and_earlier_items_stay_completed() -
 
 def test_a_failure_is_an_error_event_then_response_failed_and_nothing_is_kept() -> None:
     kept: list[dict[str, Any]] = []
-    events = [*events_of([_ids("Hi there")], reasoning=False)[:-1], ReplyFailed(EngineError("boom", code="engine_failed"))]
+    events = [
+        *events_of([_ids("Hi there")], reasoning=False)[:-1],
+        ReplyFailed(EngineError("boom", code="engine_failed")),
+    ]
     out = read(write(events, on_end=kept.append)[0])
     assert [e["type"] for e in out[-5:]] == [
         "error",
@@ -241,7 +244,12 @@ def test_an_empty_reply_still_has_an_answer_item() -> None:
 
 
 def test_the_request_s_settings_are_echoed_and_no_done_marker_follows() -> None:
-    echo = {"instructions": "Be brief.", "temperature": 0.0, "tool_choice": "required", "metadata": {"k": "v"}}
+    echo = {
+        "instructions": "Be brief.",
+        "temperature": 0.0,
+        "tool_choice": "required",
+        "metadata": {"k": "v"},
+    }
     stream, _ = write(events_of([_ids("Hi")], reasoning=False), echo=echo)
     events = read(stream)
     for e in (events[0], events[-1]):
