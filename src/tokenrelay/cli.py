@@ -304,6 +304,13 @@ def _add_client_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument(
         "--api-key", help="sent as 'Authorization: Bearer KEY' (default: $TOKENRELAY_API_KEY)"
     )
+    server.add_argument(
+        "--api",
+        choices=("auto", "chat", "responses"),
+        default="auto",
+        help="which API to ask the server: chat completions, the Responses API, or auto (chat, and the "
+        "Responses API when the server has no chat endpoint)",
+    )
 
 
 def _add_sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -341,7 +348,7 @@ def _backend(args: argparse.Namespace) -> Backend:
         if getattr(args, "include_stop", False):
             raise ConfigError("--include-stop needs the embedded engine (an OpenAI server drops the stop)")
         api_key = args.api_key or os.environ.get("TOKENRELAY_API_KEY") or None
-        return RemoteBackend(api_base(url), api_key=api_key, model=args.model)
+        return RemoteBackend(api_base(url), api_key=api_key, model=args.model, api=args.api)
     # The replay engine has no chat template: it replays its text, or the message itself.
     return EngineBackend(_build_engine(args), plain=args.engine == "replay")
 
