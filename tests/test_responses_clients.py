@@ -152,12 +152,12 @@ def test_a_function_tool_loop_by_previous_response_id_and_by_items(server: Serve
     assert first.model_extra is not None and first.model_extra["tokenrelay"] == {
         "tools_left_out": ["web_search"]
     }
-    result = {"type": "function_call_output", "call_id": call.call_id, "output": "22 °C and sunny"}
+    result: Any = {"type": "function_call_output", "call_id": call.call_id, "output": "22 °C and sunny"}
     # The next turn continues the stored response...
     stream = client.responses.create(
         model=MODEL,
         previous_response_id=first.id,
-        input=[result],  # type: ignore[list-item]
+        input=[result],
         tools=[WEATHER],
         temperature=0,
         max_output_tokens=48,

@@ -122,7 +122,7 @@ def test_the_order_and_shapes_of_a_reply_with_reasoning_text_and_a_call() -> Non
     ]
     final = Response.model_validate(events[-1]["response"], strict=True)
     assert final.status == "completed" and final.output_text == "Let me look: 🌦 विश्व.\n"
-    reasoning, message, call = final.output
+    reasoning, _message, call = final.output
     assert reasoning.type == "reasoning" and reasoning.content is not None
     assert reasoning.content[0].text == "हम्म 🤔 <tool_call>x</tool_call>"
     assert call.type == "function_call" and call.name == "get_weather" and call.call_id == "call_0"

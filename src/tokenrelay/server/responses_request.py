@@ -122,12 +122,16 @@ class ResponsesRequest:
     left_out: list[str] = field(default_factory=list)
 
 
-def _param(where: str, exc: InvalidRequestError, old: str, new: str) -> InvalidRequestError:
-    """``exc`` (raised by a check written for chat's field names) with ``old`` renamed ``new``."""
-    param = exc.param.replace(old, new, 1) if exc.param else where
-    return InvalidRequestError(
-        exc.message.replace(old, new).replace(old.replace(".", "[", 1), new), param=param, code=exc.code
-    )
+def _as_text_format(exc: InvalidRequestError) -> InvalidRequestError:
+    """``exc``, raised by ``response_format``'s checks, with the field named as the Responses API names it."""
+
+    def renamed(text: str) -> str:
+        return text.replace("response_format.json_schema", "text.format").replace(
+            "response_format", "text.format"
+        )
+
+    param = renamed(exc.param) if exc.param else "text.format"
+    return InvalidRequestError(renamed(exc.message), param=param, code=exc.code)
 
 
 def assemble(request: ResponsesRequest) -> Prompt:
@@ -189,7 +193,7 @@ def parse_responses(
             tools if tools is not None and tools.choice != "none" else None, response_format
         )
     except InvalidRequestError as exc:
-        raise _param("text.format", exc, "response_format.json_schema", "text.format") from exc
+        raise _as_text_format(exc) from exc
     store = True if req.store is None else req.store
     echo: dict[str, object] = {
         "instructions": req.instructions,
