@@ -96,7 +96,10 @@ class Sink:
         return 0
 
 
-def request(tokens: int, prompt: str, *, token_ids: bool = False) -> bytes:
+def request(tokens: int, prompt: str, *, token_ids: bool = False, api: str = "chat") -> bytes:
+    """A streamed request of ``tokens`` tokens: a chat completion, or (``api="responses"``) the same as the
+    Responses API asks it (``store: false``, as a benchmark keeps nothing)."""
+    path = "/v1/chat/completions"
     fields: dict[str, Any] = {
         "model": "replay",
         "messages": [{"role": "user", "content": prompt}],
@@ -104,11 +107,20 @@ def request(tokens: int, prompt: str, *, token_ids: bool = False) -> bytes:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if api == "responses":
+        path = "/v1/responses"
+        fields = {
+            "model": "replay",
+            "input": prompt,
+            "max_output_tokens": tokens,
+            "stream": True,
+            "store": False,
+        }
     if token_ids:
         fields["return_token_ids"] = True
     body = json.dumps(fields).encode()
     head = (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     return head + body
@@ -177,6 +189,10 @@ class Replica:
         return Upstream()
 
 
+#: The API the benchmark's requests ask (--vs-responses alternates rounds between the two).
+API = ["chat"]
+
+
 async def batch(protocol_class: type[asyncio.Protocol], config: Any, state: ServerState, streams: int,
                 requests: int, tokens: int) -> int:  # fmt: skip
     """``streams`` connections, each sending ``requests`` streamed chats one after another; bytes written."""
@@ -190,7 +206,7 @@ async def batch(protocol_class: type[asyncio.Protocol], config: Any, state: Serv
         protocol.connection_made(sink)
         for k in range(requests):
             sink.ended = loop.create_future()
-            protocol.data_received(request(tokens, f"prompt {index} {k}"))
+            protocol.data_received(request(tokens, f"prompt {index} {k}", api=API[0]))
             await sink.ended
         protocol.connection_lost(None)
         total += sink.written
@@ -216,6 +232,12 @@ def main() -> None:
         action="store_true",
         help="alternate rounds with the frames written straight to the transport (server.run's tokenrelay.body) "
         "and through uvicorn's ASGI send, and print the ratio",
+    )
+    parser.add_argument(
+        "--vs-responses",
+        action="store_true",
+        help="alternate rounds of chat completions and the Responses API (issue 29), and print the ratios of "
+        "CPU and bytes per token",
     )
     parser.add_argument(
         "--front",
@@ -264,13 +286,16 @@ def main() -> None:
     state = ServerState()
 
     system = [0.0]
+    written = [0]
 
     def timed(streams: int, requests: int, tokens: int) -> float:
         start, sys0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
-        loop.run_until_complete(batch(protocol_class, config, state, streams, requests, tokens))
+        written[0] = loop.run_until_complete(batch(protocol_class, config, state, streams, requests, tokens))
         system[0] = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
         return time.process_time() - start
 
+    if args.vs_responses:
+        return _vs_responses(args, timed, written)
     timed(args.streams, 2, args.tokens)  # warm: imports, caches, the tokenizer's first calls
     gc.collect()
     gc.freeze()  # as the app's lifespan does (tune_gc)
@@ -313,6 +338,35 @@ def main() -> None:
             f"straight / send, per token: median of rounds {statistics.median(ratios):.3f} "
             f"(rounds {min(ratios):.3f}–{max(ratios):.3f})"
         )
+
+
+def _vs_responses(args: argparse.Namespace, timed: Any, written: list[int]) -> None:
+    """Chat completions and the Responses API side by side, rounds alternating: CPU µs and bytes per token."""
+    for api in ("chat", "responses"):  # warm both paths
+        API[0] = api
+        timed(args.streams, 2, args.tokens)
+    gc.collect()
+    gc.freeze()
+    tokens = args.streams * args.requests * args.tokens
+    cpu: dict[str, list[float]] = {"chat": [], "responses": []}
+    size: dict[str, float] = {}
+    for _ in range(args.rounds):
+        for api in ("chat", "responses"):
+            API[0] = api
+            cpu[api].append(timed(args.streams, args.requests, args.tokens) / tokens * 1e6)
+            size[api] = written[0] / tokens
+    where = "front" if args.front else "server"
+    for api in ("chat", "responses"):
+        us = cpu[api]
+        print(
+            f"{where} path, {api:9s} {args.streams} streams × {args.tokens} tokens: {statistics.median(us):.1f} "
+            f"µs/token (rounds {min(us):.1f}–{max(us):.1f}), {size[api]:.0f} bytes/token on the wire"
+        )
+    ratios = [r / c for r, c in zip(cpu["responses"], cpu["chat"], strict=True)]
+    print(
+        f"responses / chat, CPU per token: median of rounds {statistics.median(ratios):.3f} "
+        f"(rounds {min(ratios):.3f}–{max(ratios):.3f}); bytes per token {size['responses'] / size['chat']:.2f}×"
+    )
 
 
 if __name__ == "__main__":

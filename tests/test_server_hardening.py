@@ -455,10 +455,51 @@ def _hostile_requests() -> list[tuple[str, str, bytes, dict[str, str]]]:
     for _ in range(5):  # 3 MB bodies: refused on their Content-Length, and with it hidden (chunked)
         out.append(("POST", "/v1/chat/completions", big, {}))
         out.append(("POST", "/v1/chat/completions", big, {"transfer-encoding": "chunked"}))
+    out += _hostile_responses_requests()
     for method in ("PUT", "DELETE", "PATCH", "TRACE"):
         out.append((method, "/v1/chat/completions", b"", {}))
     out.append(("GET", "/v1/nope", b"", {}))
     out.append(("GET", "/v1/diagnostics/stream?events=99999999", b"", {}))
+    return out
+
+
+def _hostile_responses_requests() -> list[tuple[str, str, bytes, dict[str, str]]]:
+    """The Responses API's share (issue 29 §3): malformed items, unknown types, schemas that cannot compile,
+    1,000 tools, an unknown stored response."""
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+    cases: list[object] = [
+        {"input": [{"type": "bogus"}]},
+        {"input": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+        {"input": [{"type": "function_call_output", "call_id": "x", "output": "y"}]},
+        {"input": [{"type": "message"}]},
+        {"input": [[[]]]},
+        {"input": "i" * 100_001},
+        {"tools": [{"type": "holodeck"}]},
+        {"tools": [tool] * 1000},
+        {
+            "tools": [
+                {
+                    **tool,
+                    "strict": True,
+                    "parameters": {"type": "object", "properties": {"a": {"$ref": "#/nope"}}},
+                }
+            ]
+        },
+        {"text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "nonsense"}}}},
+        {"text": {"format": {"type": "json_schema", "name": "s", "schema": {"not": {"type": "string"}}}}},
+        {"background": True},
+        {"previous_response_id": "resp_unknown"},
+        {"max_output_tokens": -1},
+    ]
+    out: list[tuple[str, str, bytes, dict[str, str]]] = []
+    for stream in (False, True):
+        for fields in cases:
+            body = {"model": "replay", "input": "hi", "stream": stream, **fields}  # type: ignore[dict-item]
+            out.append(("POST", "/v1/responses", json.dumps(body).encode(), {}))
+    for raw in (b"", b"{", b'{"input": [}', b"\xff"):
+        out.append(("POST", "/v1/responses", raw, {}))
+    out += [("GET", "/v1/responses/resp_nope", b"", {}), ("DELETE", "/v1/responses/resp_nope", b"", {})]
+    out.append(("PATCH", "/v1/responses/resp_nope", b"", {}))
     return out
 
 

@@ -18,6 +18,13 @@ from tokenrelay.server.generation import ENDPOINTS
 REPLY = "Hello, world! " * 60  # long enough (> 500 bytes) that gzip would compress it
 CHAT = {"model": "replay", "messages": [{"role": "user", "content": "hi"}]}
 TEXT = {"model": "replay", "prompt": "hi"}
+RESPONSES = {"model": "replay", "input": "hi", "max_output_tokens": 1000}
+#: Each endpoint kind's body, and how its stream ends.
+BODIES: dict[str, tuple[dict[str, Any], str]] = {
+    "chat": ({**CHAT, "max_tokens": 200}, "data: [DONE]\n\n"),
+    "completion": ({**TEXT, "max_tokens": 200}, "data: [DONE]\n\n"),
+    "responses": (RESPONSES, "event: response.completed\n"),
+}
 
 
 class _Seen:
@@ -44,7 +51,8 @@ def _client(**config: Any) -> tuple[httpx.AsyncClient, list[str]]:
 @pytest.mark.parametrize("path", sorted(ENDPOINTS))
 async def test_generations_skip_the_middleware_and_are_never_compressed(path: str, stream: bool) -> None:
     client, seen = _client()
-    body = {**(CHAT if ENDPOINTS[path].kind == "chat" else TEXT), "stream": stream, "max_tokens": 200}
+    base, end = BODIES[ENDPOINTS[path].kind]
+    body = {**base, "stream": stream}
     async with client:
         r = await client.post(path, json=body, headers={"Accept-Encoding": "gzip"})
     assert r.status_code == 200, r.text
@@ -53,7 +61,7 @@ async def test_generations_skip_the_middleware_and_are_never_compressed(path: st
     assert seen == []  # no middleware layer saw the request (or wrapped its sends)
     if stream:
         assert r.headers["content-type"].startswith("text/event-stream")
-        assert r.text.endswith("data: [DONE]\n\n")
+        assert r.text.endswith("\n\n") and end in r.text
     else:
         json.loads(r.content)
 

@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mappi
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from tokenrelay._errors import ProtocolError, TokenRelayError
+from tokenrelay._errors import ConfigError, NotFoundError, ProtocolError, TokenRelayError
 from tokenrelay._stream import Timings, Usage
 from tokenrelay.wire._chat_reader import error_from_body
 
@@ -129,11 +129,17 @@ class EngineBackend:
 class RemoteBackend:
     """An OpenAI-compatible server at ``base_url`` (the API root, ``…/v1``)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, model: str | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, model: str | None = None, api: str = "auto"
+    ) -> None:
+        """``api``: ``"chat"`` (``/chat/completions``), ``"responses"`` (the Responses API), or ``"auto"``:
+        chat, and the Responses API from the first time the server answers chat with a 404 that is not about
+        the model (a server that speaks only Responses)."""
         import httpx
 
         from tokenrelay.client import DEFAULT_TIMEOUT
 
+        self.api = api
         self.base_url = base_url
         self.api_key = api_key
         self.model = model or ""
@@ -187,16 +193,36 @@ class RemoteBackend:
                 yield piece
             return
         params: dict[str, Any] = self._params(options)
+        if self.api == "responses":
+            for name in ("seed", "stop"):  # the Responses API has neither
+                if params.pop(name, None) is not None:
+                    raise ConfigError(f"--{name} cannot be sent to the Responses API (--api responses)")
+        started = False
         with self._reaching():
             chat = astream_chat(
-                self.base_url, prompt, model=self.model, client=self.http, api_key=self.api_key, **params
+                self.base_url,
+                prompt,
+                model=self.model,
+                client=self.http,
+                api_key=self.api_key,
+                api="responses" if self.api == "responses" else "chat",
+                **params,
             )
-            async with contextlib.aclosing(chat):
-                async for item in chat:
-                    if isinstance(item, ChatResult):
-                        yield End(item.finish_reason, item.usage)
-                    else:
-                        yield Piece(item.text, reasoning=isinstance(item, ChatReasoning))
+            try:
+                async with contextlib.aclosing(chat):
+                    async for item in chat:
+                        started = True
+                        if isinstance(item, ChatResult):
+                            yield End(item.finish_reason, item.usage)
+                        else:
+                            yield Piece(item.text, reasoning=isinstance(item, ChatReasoning))
+            except NotFoundError as exc:
+                if self.api != "auto" or started or exc.code == "model_not_found":
+                    raise
+                self.api = "responses"  # the server speaks the Responses API only
+        if self.api == "responses" and not started:
+            async for piece in self.stream(prompt, options):
+                yield piece
 
     async def _completion(self, prompt: str, options: Options) -> AsyncGenerator[Piece | End, None]:
         """A raw prompt: ``POST /v1/completions`` streamed, read with the SSE client."""

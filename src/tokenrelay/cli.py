@@ -304,6 +304,13 @@ def _add_client_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument(
         "--api-key", help="sent as 'Authorization: Bearer KEY' (default: $TOKENRELAY_API_KEY)"
     )
+    server.add_argument(
+        "--api",
+        choices=("auto", "chat", "responses"),
+        default="auto",
+        help="which API to ask the server: chat completions, the Responses API, or auto (chat, and the "
+        "Responses API when the server has no chat endpoint)",
+    )
 
 
 def _add_sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -361,7 +368,7 @@ def _backend(args: argparse.Namespace) -> Backend:
         if getattr(args, "include_stop", False):
             raise ConfigError("--include-stop needs the embedded engine (an OpenAI server drops the stop)")
         api_key = args.api_key or os.environ.get("TOKENRELAY_API_KEY") or None
-        return RemoteBackend(api_base(url), api_key=api_key, model=args.model)
+        return RemoteBackend(api_base(url), api_key=api_key, model=args.model, api=args.api)
     # The replay engine has no chat template: it replays its text, or the message itself.
     return EngineBackend(_build_engine(args), plain=args.engine == "replay")
 
@@ -411,6 +418,22 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-prompt-chars", type=int, default=200_000, help="longer prompts are refused (400) untokenized"
+    )
+    parser.add_argument(
+        "--responses-store",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="Responses API: stored responses kept in memory (never on disk) for previous_response_id and GET "
+        "/v1/responses/{id}, oldest evicted first; with --workers, per worker, each finding only its own (a 404 "
+        "names the id elsewhere); 0 stores none",
+    )
+    parser.add_argument(
+        "--responses-store-mb",
+        type=float,
+        default=64.0,
+        metavar="MB",
+        help="Responses API: the stored responses' byte budget (their JSON and conversations), per worker",
     )
     parser.add_argument(
         "--graceful-timeout",
@@ -500,6 +523,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         reasoning_parser=args.reasoning_parser,
         reasoning_budget=args.reasoning_budget,
         tool_call_parser=args.tool_call_parser,
+        responses_store_count=args.responses_store,
+        responses_store_bytes=int(args.responses_store_mb * (1 << 20)),
     )
     if args.workers > 1:
         model = engine.model

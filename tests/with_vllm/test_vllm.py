@@ -149,6 +149,26 @@ def test_in_process_vllm_streams_vllms_own_replies(
         assert stream_text(url, prompt, engine.model) == references[prompt]
 
 
+def test_in_process_vllm_serves_the_responses_api(
+    in_process: tuple[str, VLLMEngine], references: dict[str, str]
+) -> None:
+    """Issue 29: ``/v1/responses`` on the in-process engine says what vLLM's own chat answer says, every event
+    accepted by the SDK's strict validation."""
+    url, engine = in_process
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, _strict_response_validation=True)
+    for prompt in PROMPTS:
+        events = list(
+            client.responses.create(
+                model=engine.model, input=prompt, temperature=0, max_output_tokens=MAX_TOKENS, stream=True
+            )
+        )
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert text == references[prompt]
+        final = events[-1]
+        assert final.type in ("response.completed", "response.incomplete")
+        assert final.response.output_text == text
+
+
 def test_vllm_starts_on_the_cpu_with_a_kv_cache_that_fits(in_process: tuple[str, VLLMEngine]) -> None:
     """vLLM's own default (0.92 of all RAM reserved) fails on a machine where anything else runs; the engine
     above started without VLLM_CPU_KVCACHE_SPACE, with the KV cache tokenrelay sized."""

@@ -25,6 +25,7 @@ import httpx
 from tokenrelay._errors import ProtocolError, StreamTruncated, TokenRelayError
 from tokenrelay._stream import Usage
 from tokenrelay.wire._chat_reader import ChatStreamDecoder, error_from_body
+from tokenrelay.wire._responses_reader import ResponsesStreamDecoder
 from tokenrelay.wire._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
 
 __all__ = [
@@ -258,10 +259,12 @@ async def aiter_events(
 class _ChatRun:
     """One chat stream: its parser, its decoder, and the clock readings, shared by the sync and async loops."""
 
-    def __init__(self, max_event_bytes: int) -> None:
+    def __init__(self, max_event_bytes: int, api: str = "chat") -> None:
         self.start = time.perf_counter()
         self.parser = SSEParser(max_event_bytes)
-        self.decoder = ChatStreamDecoder()
+        self.decoder: ChatStreamDecoder | ResponsesStreamDecoder = (
+            ResponsesStreamDecoder() if api == "responses" else ChatStreamDecoder()
+        )
         self.chunks: list[ChunkArrival] = []
         self.deltas: list[ChatDelta] = []
         self.reasoning: list[str] = []
@@ -288,7 +291,9 @@ class _ChatRun:
         decoder = self.decoder
         if not decoder.finished and not allow_truncated:
             how = f"the connection broke: {cut}" if cut is not None else "EOF"
-            raise StreamTruncated(f"chat stream ended before [DONE] or a finish_reason ({how})") from cut
+            raise StreamTruncated(
+                f"chat stream ended before its end event or a finish_reason ({how})"
+            ) from cut
         times = [delta.at for delta in self.deltas]
         timings = ClientTimings(
             time_to_first_byte=self.chunks[0].at if self.chunks else None,
@@ -304,6 +309,12 @@ class _ChatRun:
         )
 
 
+#: The APIs a chat stream can be asked of: ``"chat"`` (``/chat/completions``) and ``"responses"``
+#: (``/responses``, the OpenAI Responses API: the messages are its ``input``, ``max_tokens`` its
+#: ``max_output_tokens``; the usage always comes).
+APIS = ("chat", "responses")
+
+
 def _chat_request(
     base_url: str,
     messages: Sequence[Mapping[str, object]],
@@ -312,15 +323,27 @@ def _chat_request(
     api_key: str | None,
     headers: Mapping[str, str] | None,
     params: Mapping[str, object],
+    api: str = "chat",
 ) -> tuple[str, dict[str, str], dict[str, object]]:
-    body: dict[str, object] = {"model": model, "messages": list(messages), "stream": True}
-    if include_usage:
-        body["stream_options"] = {"include_usage": True}
-    body.update(params)
+    if api not in APIS:
+        raise ValueError(f"api must be one of {', '.join(APIS)}, not {api!r}")
+    if api == "responses":
+        body: dict[str, object] = {"model": model, "input": list(messages), "stream": True}
+        fields = dict(params)
+        if "max_tokens" in fields:
+            fields["max_output_tokens"] = fields.pop("max_tokens")
+        body.update(fields)
+        path = "/responses"
+    else:
+        body = {"model": model, "messages": list(messages), "stream": True}
+        if include_usage:
+            body["stream_options"] = {"include_usage": True}
+        body.update(params)
+        path = "/chat/completions"
     all_headers = {"Accept": "text/event-stream", **(headers or {})}
     if api_key:
         all_headers["Authorization"] = f"Bearer {api_key}"
-    return base_url.rstrip("/") + "/chat/completions", all_headers, body
+    return base_url.rstrip("/") + path, all_headers, body
 
 
 def stream_chat(
@@ -335,18 +358,23 @@ def stream_chat(
     allow_truncated: bool = False,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+    api: str = "chat",
     **params: object,
 ) -> Generator[ChatDelta | ChatReasoning | ChatResult, None, None]:
     """Stream an OpenAI-compatible chat completion: :class:`ChatDelta` items (and :class:`ChatReasoning` for
     reasoning, apart), then one :class:`ChatResult`.
 
     ``base_url`` is the API root as the OpenAI SDK takes it (``http://host:port/v1``); ``params`` go into the
-    request body (``max_tokens=...``, ``temperature=...``).
+    request body (``max_tokens=...``, ``temperature=...``). ``api="responses"`` asks the OpenAI Responses API
+    (``/responses``) instead and reads its stream into the same results (``finish_reason`` ``"stop"``,
+    ``"length"`` or ``"tool_calls"``).
     """
-    url, all_headers, body = _chat_request(base_url, messages, model, include_usage, api_key, headers, params)
+    url, all_headers, body = _chat_request(
+        base_url, messages, model, include_usage, api_key, headers, params, api
+    )
     http = client if client is not None else httpx.Client(timeout=timeout)
     try:
-        run = _ChatRun(max_event_bytes)
+        run = _ChatRun(max_event_bytes, api)
         cut: httpx.TransportError | None = None
         with http.stream("POST", url, headers=all_headers, json=body) as response:
             if response.status_code != 200 or not _is_event_stream(response):
@@ -376,13 +404,16 @@ async def astream_chat(
     allow_truncated: bool = False,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+    api: str = "chat",
     **params: object,
 ) -> AsyncGenerator[ChatDelta | ChatReasoning | ChatResult, None]:
     """:func:`stream_chat` for ``httpx.AsyncClient``."""
-    url, all_headers, body = _chat_request(base_url, messages, model, include_usage, api_key, headers, params)
+    url, all_headers, body = _chat_request(
+        base_url, messages, model, include_usage, api_key, headers, params, api
+    )
     http = client if client is not None else httpx.AsyncClient(timeout=timeout)
     try:
-        run = _ChatRun(max_event_bytes)
+        run = _ChatRun(max_event_bytes, api)
         cut: httpx.TransportError | None = None
         async with http.stream("POST", url, headers=all_headers, json=body) as response:
             if response.status_code != 200 or not _is_event_stream(response):

@@ -42,6 +42,7 @@ from .metrics import CONTENT_TYPE, ServerMetrics
 from .openapi import describe
 from .page import mount_page
 from .responses import EventStreamResponse, JSONGenerationResponse
+from .responses_store import DEFAULT_MAX_BYTES, DEFAULT_MAX_RESPONSES, ResponseStore, add_response_routes
 
 if TYPE_CHECKING:
     from .board import Seat
@@ -81,6 +82,9 @@ class ServerConfig:
     # The thinking budget of a request that gives none (llama-server's --reasoning-budget): None is no cap, 0
     # turns thinking off. Enforced by the engines that sample here (the embedded one).
     reasoning_budget: int | None = None
+    # The Responses API's stored responses (responses_store.py): in memory, oldest evicted beyond either bound.
+    responses_store_count: int = DEFAULT_MAX_RESPONSES
+    responses_store_bytes: int = DEFAULT_MAX_BYTES
 
 
 class _Server:
@@ -122,6 +126,12 @@ class _Server:
             max_prompt_chars=config.max_prompt_chars,
         )
         self.live: set[Run] = set()  # generation requests whose response has not finished cleaning up
+        self.responses = ResponseStore(
+            config.responses_store_count,
+            config.responses_store_bytes,
+            workers=1 if seat is None else seat.board.workers,
+        )
+        self.intake.resolvers["responses"] = self.responses.resolve
         self.draining = False
 
     def drain(self, grace: float) -> None:
@@ -364,6 +374,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None, *, seat: Seat
 
     app.openapi = openapi  # type: ignore[method-assign]
 
+    add_response_routes(app, server.responses)
     if config.diagnostics:  # GET /v1/diagnostics/stream and /v1/diagnostics/streams/{id}: the doctor's probe
         add_diagnostics_routes(app)
     add_docs_routes(app)

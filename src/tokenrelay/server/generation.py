@@ -30,6 +30,7 @@ from tokenrelay.engines.base import ThinkingBudget, stream_events
 from tokenrelay.wire._chat_writer import ChatReplyWriter, CompletionReplyWriter, openai_error_body
 
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
+from .responses_request import responses_writer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -85,6 +86,13 @@ ENDPOINTS: Mapping[str, Endpoint] = {
             "Legacy OpenAI text completions; `stream: true` answers with server-sent events.",
             "cmpl-",
         ),
+        Endpoint(
+            "/v1/responses",
+            "responses",
+            "responses",
+            "OpenAI Responses API; `stream: true` answers with its typed server-sent events.",
+            "resp_",
+        ),
     )
 }
 
@@ -130,7 +138,11 @@ def _chat_writer(run: Run) -> ReplyWriter:
 
 
 #: Each endpoint kind's writer of a reply (``_reply.ReplyWriter``): the one thing that differs by dialect.
-WRITERS: Mapping[str, Callable[[Run], ReplyWriter]] = {"chat": _chat_writer, "completion": _chat_writer}
+WRITERS: Mapping[str, Callable[[Run], ReplyWriter]] = {
+    "chat": _chat_writer,
+    "completion": _chat_writer,
+    "responses": responses_writer,
+}
 
 
 class RunHost(Protocol):

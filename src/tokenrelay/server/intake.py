@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -37,6 +37,7 @@ from tokenrelay._errors import (
 from tokenrelay.engines.base import Engine
 
 from .requests import Generation, parse_generation
+from .responses_request import parse_responses
 
 __all__ = ["OPEN_PATHS", "OPEN_PREFIXES", "ClientGone", "Intake", "Prepared", "check_key", "needs_key"]
 
@@ -138,7 +139,14 @@ class Parser(Protocol):
 
 
 #: Each endpoint kind's request parser (``generation.ENDPOINTS`` names the kind of each path).
-PARSERS: dict[str, Parser] = {"chat": parse_generation, "completion": parse_generation}
+PARSERS: dict[str, Parser] = {
+    "chat": parse_generation,
+    "completion": parse_generation,
+    "responses": parse_responses,
+}
+
+#: The field a prompt that does not fit the context is blamed on, by endpoint kind ("messages" otherwise).
+PROMPT_PARAMS: dict[str, str] = {"completion": "prompt", "responses": "input"}
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,9 @@ class Intake:
         # worker by default: priming a detokenizer with a long prompt (``stream_events(executor=...)``, here
         # too) is Python code, and each more thread running it makes the event loop wait longer for the GIL.
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tokenrelay-intake")
+        #: Per endpoint kind, a step after the parse that completes the request from the server's state (the
+        #: Responses API's store puts a stored conversation first): before the prompt is tokenized.
+        self.resolvers: dict[str, Callable[[Generation], Generation]] = {}
 
     async def prepare(self, body: bytes, kind: str) -> Prepared:
         if len(body) <= INLINE_BODY_BYTES:
@@ -197,6 +208,9 @@ class Intake:
             default_max_tokens=self.default_max_tokens,
             max_prompt_chars=self.max_prompt_chars,
         )
+        resolve = self.resolvers.get(kind)
+        if resolve is not None:
+            gen = resolve(gen)
         if not gen.model:
             gen = dataclasses.replace(gen, model=self.engine.model)
         if gen.model not in self.models:
@@ -211,7 +225,7 @@ class Intake:
             raise InvalidRequestError(
                 f"the prompt is {len(prompt_ids)} tokens; the model's context holds {n_ctx}, "
                 "with room for at least one more",
-                param="messages" if gen.kind == "chat" else "prompt",
+                param=PROMPT_PARAMS.get(gen.kind, "messages"),
                 code="context_length_exceeded",
             )
         return Prepared(gen, prompt_ids)

@@ -16,6 +16,7 @@ from typing import Any
 from .generation import ENDPOINTS
 from .requests import MAX_STOPS, ROLES
 from .response_format import openapi_schemas
+from .responses_request import openapi_schemas as responses_schemas
 from .tools import CALL_NEEDS_TOOLS, tool_fields, tool_schemas
 
 __all__ = ["GENERATION_ERRORS", "describe"]
@@ -176,6 +177,7 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
             },
             **CALL_NEEDS_TOOLS,
         },
+        **responses_schemas(text, common, _ref),
         "CompletionRequest": {
             "type": "object",
             "required": ["prompt"],
@@ -183,6 +185,17 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
                 "prompt": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1, "items": text}]},
                 **common,
                 **_OFF_COMPLETIONS,
+            },
+        },
+        "Response": {
+            "type": "object",
+            "required": ["id", "object", "created_at", "status", "model", "output"],
+            "properties": {
+                "id": {"type": "string"},
+                "object": {"const": "response"},
+                "status": {"enum": ["completed", "incomplete"]},
+                "output": {"type": "array"},
+                "usage": {"type": "object"},
             },
         },
         "Completion": {
@@ -198,7 +211,12 @@ def _schemas(models: Sequence[str], max_tokens_limit: int, max_prompt_chars: int
     }
 
 
-def _generation(request: str) -> JSON:
+#: Each endpoint kind's request and whole-response schemas (``CompletionRequest``, ``Completion`` otherwise).
+REQUESTS = {"chat": "ChatCompletionRequest", "responses": "ResponsesRequest"}
+RESPONSES = {"responses": "Response"}
+
+
+def _generation(request: str, response: str = "Completion") -> JSON:
     return {
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
         "responses": {
@@ -206,7 +224,7 @@ def _generation(request: str) -> JSON:
                 "description": "The whole reply (JSON), or with `stream: true` server-sent events ending in "
                 "`data: [DONE]`",
                 "content": {
-                    "application/json": {"schema": _ref("Completion")},
+                    "application/json": {"schema": _ref(response)},
                     # OpenAPI 3.1: the schema of an event stream describes each event.
                     "text/event-stream": {"schema": _ref("StreamEvent")},
                 },
@@ -231,8 +249,8 @@ def describe(
     paths: dict[str, JSON] = spec.get("paths", {})
     for path, endpoint in ENDPOINTS.items():
         if path in paths:
-            request = "ChatCompletionRequest" if endpoint.kind == "chat" else "CompletionRequest"
-            paths[path]["post"].update(_generation(request))
+            request = REQUESTS.get(endpoint.kind, "CompletionRequest")
+            paths[path]["post"].update(_generation(request, RESPONSES.get(endpoint.kind, "Completion")))
     if "/metrics" in paths:
         paths["/metrics"]["get"]["responses"]["200"] = {
             "description": "Prometheus text exposition format",
