@@ -42,7 +42,12 @@ from tokenrelay._tools import ToolRequest
 from tokenrelay.engines.base import Prompt, SamplingParams
 from tokenrelay.wire._responses import ResponsesReplyWriter
 
-from .requests import _STRICT, Generation, Integer, _check_text, _is_off, _validate
+from .bodies import STRICT as _STRICT
+from .bodies import Integer
+from .bodies import check_text as _check_text
+from .bodies import is_off as _is_off
+from .bodies import validate as _validate
+from .requests import Generation
 from .response_format import JSONSchemaFormat, ResponseFormat, constraint_from
 from .responses_input import BUILT_IN_TOOLS, ROLES, build_prompt, tools_of, turns_of
 from .tools import CALL_NEEDS_TOOLS, MAX_TOOLS, TOOL_NAME, grammar_for
@@ -149,8 +154,7 @@ def parse_responses(
     max_prompt_chars: int | None = None,
 ) -> Generation:
     """Validate a Responses API body; raise ``InvalidRequestError`` (400) naming the field that is wrong."""
-    req = _validate(body, ResponsesBody)  # type: ignore[arg-type]
-    assert isinstance(req, ResponsesBody)
+    req = _validate(body, ResponsesBody)
     _check_text(req.model, "model")
     extra = req.model_extra or {}
     for name, off in UNSUPPORTED.items():
@@ -186,7 +190,7 @@ def parse_responses(
             spec = JSONSchemaFormat(
                 name=fmt.name, description=fmt.description, schema=fmt.schema_, strict=fmt.strict
             )
-        response_format = ResponseFormat(type=fmt.type, json_schema=spec)
+        response_format = ResponseFormat(type=fmt.type, json_schema=spec)  # type: ignore[arg-type]  # (checked above)
     try:
         constraint = constraint_from(response_format)
         grammar = grammar_for(
