@@ -26,6 +26,7 @@ from tokenrelay._stream import Finished, TextDelta, Usage
 from tokenrelay._tool_call_events import FORMATS, ToolCallFormat, format_for_template
 from tokenrelay.engines.base import stream_events
 from tokenrelay.wire._chat_writer import ChatReplyWriter, CompletionReplyWriter, openai_error_body
+from tokenrelay.wire._messages import MessagesReplyWriter, anthropic_error_body
 
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENDPOINTS",
+    "ERROR_BODIES",
     "WRITERS",
     "Endpoint",
     "Run",
@@ -63,6 +65,7 @@ class Endpoint:
     id_prefix: str  # of the reply's id
     #: An error before the stream starts, in the dialect's shape: its status and body.
     error_body: Callable[[TokenRelayError], tuple[int, bytes]] = openai_error_body
+    call_prefix: str = "call_"  # of the ids made for the reply's tool calls
 
 
 #: The generation endpoints, by path.
@@ -83,7 +86,22 @@ ENDPOINTS: Mapping[str, Endpoint] = {
             "Legacy OpenAI text completions; `stream: true` answers with server-sent events.",
             "cmpl-",
         ),
+        Endpoint(
+            "/v1/messages",
+            "messages",
+            "messages",
+            "Anthropic Messages API; `stream: true` answers with server-sent events (`event:` named).",
+            "msg_",
+            anthropic_error_body,
+            "toolu_",
+        ),
     )
+}
+
+#: Paths of a dialect that are not generations, with the shape of their errors (``app.py``'s key check).
+ERROR_BODIES: Mapping[str, Callable[[TokenRelayError], tuple[int, bytes]]] = {
+    "/v1/messages/count_tokens": anthropic_error_body,
+    **{path: e.error_body for path, e in ENDPOINTS.items()},
 }
 
 
@@ -110,8 +128,8 @@ def call_format(engine: Engine) -> ToolCallFormat:
     return FORMATS["hermes"]
 
 
-def _call_id() -> str:
-    return "call_" + os.urandom(12).hex()
+def _call_id(prefix: str) -> Callable[[], str]:
+    return lambda: prefix + os.urandom(12).hex()
 
 
 def _chat_writer(run: Run) -> ReplyWriter:
@@ -127,8 +145,16 @@ def _chat_writer(run: Run) -> ReplyWriter:
     )
 
 
+def _messages_writer(run: Run) -> ReplyWriter:
+    return MessagesReplyWriter(id=run.id, model=run.gen.model, input_tokens=len(run.prompt_ids))
+
+
 #: Each endpoint kind's writer of a reply (``_reply.ReplyWriter``): the one thing that differs by dialect.
-WRITERS: Mapping[str, Callable[[Run], ReplyWriter]] = {"chat": _chat_writer, "completion": _chat_writer}
+WRITERS: Mapping[str, Callable[[Run], ReplyWriter]] = {
+    "chat": _chat_writer,
+    "completion": _chat_writer,
+    "messages": _messages_writer,
+}
 
 
 class RunHost(Protocol):
@@ -212,7 +238,9 @@ class Run:
         if tools is None:
             return ReplyPipeline()
         return ReplyPipeline(
-            tools=call_format(self.server.engine), parallel=tools.parallel, new_call_id=_call_id
+            tools=call_format(self.server.engine),
+            parallel=tools.parallel,
+            new_call_id=_call_id(ENDPOINTS[self.endpoint].call_prefix),
         )
 
     def _fail(self, exc: BaseException) -> TokenRelayError:
