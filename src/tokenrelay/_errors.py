@@ -21,7 +21,7 @@ without a lookup table of its own::
         ├── AuthenticationError          401 authentication_error    authentication_error
         ├── NotFoundError                404 not_found_error         not_found_error
         ├── RequestTimeoutError          408 invalid_request_error   invalid_request_error   the body did not arrive in time
-        ├── PayloadTooLargeError         413 invalid_request_error   request_too_large
+        ├── PayloadTooLargeError         413 invalid_request_error   invalid_request_error
         └── RateLimitError               429 rate_limit_error        rate_limit_error
 
 Errors carry plain data (``param``, ``code``, a JSON error's ``offset`` or partial ``value``), never a request
@@ -194,7 +194,6 @@ class RequestTimeoutError(InvalidRequestError):
 
 class PayloadTooLargeError(InvalidRequestError):
     status_code = 413
-    anthropic_type = "request_too_large"
 
 
 class RateLimitError(InvalidRequestError):

@@ -23,7 +23,8 @@ Event by event (``_reply`` gives their order):
 
 - ``ReplyEnded``: the open block's stop, ``message_delta`` (``stop_reason``: ``end_turn``, ``max_tokens``,
   ``stop_sequence`` with ``stop_sequence`` the string that matched, or ``tool_use``; ``usage.output_tokens``
-  the reply's tokens so far, cumulative as Anthropic's are) and ``message_stop``;
+  the reply's tokens, cumulative as Anthropic's are, and ``input_tokens`` the prompt's as the engine counted
+  them, which the SDKs' accumulators take over ``message_start``'s) and ``message_stop``;
 - ``ReplyFailed``: an ``error`` event (``{"type": "error", "error": {"type", "message"}}``); the stream ends
   there, with no end marker (Anthropic's streams have none).
 
@@ -214,7 +215,7 @@ class MessagesReplyWriter:
             self._close(out)
             reason, sequence = stop_reason(event)
             delta = {"stop_reason": reason, "stop_sequence": sequence}
-            usage = {"output_tokens": event.usage.completion_tokens}
+            usage = {"input_tokens": event.usage.prompt_tokens, "output_tokens": event.usage.completion_tokens}
             out.append(frame({"type": "message_delta", "delta": delta, "usage": usage}))
             out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
         else:
