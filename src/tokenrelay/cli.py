@@ -367,7 +367,15 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key",
         default=os.environ.get("TOKENRELAY_API_KEY"),
-        help="require 'Authorization: Bearer KEY' (default: $TOKENRELAY_API_KEY, else none)",
+        help="require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: $TOKENRELAY_API_KEY, else none)",
+    )
+    parser.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="more names the model answers to, as vLLM's option (requests may name any; replies echo the "
+        "name asked for): e.g. the names Claude Code asks for",
     )
     parser.add_argument(
         "--max-active",
@@ -472,6 +480,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         gzip=not args.no_gzip,
         reasoning_parser=args.reasoning_parser,
         tool_call_parser=args.tool_call_parser,
+        model_aliases=tuple(args.served_model_name),
     )
     if args.workers > 1:
         model = engine.model

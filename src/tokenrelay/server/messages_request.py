@@ -316,9 +316,10 @@ def _messages_names(exc: InvalidRequestError) -> InvalidRequestError:
 def _check_thinking(thinking: ThinkingParam | None, max_tokens: int | None) -> bool:
     if thinking is None or thinking.type == "disabled":
         return False
-    if thinking.type not in ("enabled", "adaptive"):
+    if thinking.type not in ("enabled", "adaptive", "between_tools"):
         raise InvalidRequestError(
-            "thinking.type must be 'enabled', 'adaptive' or 'disabled'", param="thinking.type"
+            "thinking.type must be 'enabled', 'adaptive', 'between_tools' or 'disabled'",
+            param="thinking.type",
         )
     if thinking.type == "enabled":
         budget = thinking.budget_tokens
@@ -353,6 +354,14 @@ def _prompt(
 
 
 def _refuse_unsupported(extra: dict[str, Any]) -> None:
+    output = extra.get("output_config")
+    if isinstance(output, dict) and output.get("format") is not None:
+        raise InvalidRequestError(
+            "output_config.format is not supported by this server's Messages API (use response_format on "
+            "/v1/chat/completions); remove it",
+            param="output_config.format",
+            code="unsupported_parameter",
+        )
     for name in _UNSUPPORTED:
         if extra.get(name):
             raise InvalidRequestError(

@@ -215,7 +215,10 @@ class MessagesReplyWriter:
             self._close(out)
             reason, sequence = stop_reason(event)
             delta = {"stop_reason": reason, "stop_sequence": sequence}
-            usage = {"input_tokens": event.usage.prompt_tokens, "output_tokens": event.usage.completion_tokens}
+            usage = {
+                "input_tokens": event.usage.prompt_tokens,
+                "output_tokens": event.usage.completion_tokens,
+            }
             out.append(frame({"type": "message_delta", "delta": delta, "usage": usage}))
             out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
         else:
