@@ -7,6 +7,10 @@ turn and each ``tool_result`` block a ``tool`` turn answering its ``tool_use_id`
 blocks; with ``is_error`` the text is prefixed ``"Error: "``); an assistant message's ``text`` blocks are its
 content and its ``tool_use`` blocks its calls (``input`` as the arguments). ``thinking`` and
 ``redacted_thinking`` blocks of earlier assistant turns are dropped, as Anthropic drops them from the context.
+A ``system`` message inside ``messages`` (a beta Claude Code uses, ``mid-conversation-system``) is a system
+turn where it stands.
+A ``system`` message inside ``messages`` (a beta Claude Code uses, ``mid-conversation-system``) is a system
+turn where it stands.
 ``tools`` (``name``, ``description``, ``input_schema``) and ``tool_choice`` (``auto``, ``any``, ``tool`` with
 ``name``, ``none``; ``disable_parallel_tool_use``) go through ``tools.tool_request``, so every definition is
 checked as a chat request's is (errors name the Messages field: ``tools.0.input_schema``).
@@ -166,11 +170,14 @@ def _turns(
     with_tools = False
     for i, m in enumerate(messages):
         where = f"messages.{i}.content"
-        if m.role not in ("user", "assistant"):
+        if m.role not in ("user", "assistant", "system"):
             raise InvalidRequestError(
-                f"messages.{i}.role: {m.role[:40]!r} must be 'user' or 'assistant'",
+                f"messages.{i}.role: {m.role[:40]!r} must be 'user', 'assistant' or 'system'",
                 param=f"messages.{i}.role",
             )
+        if m.role == "system":  # a system message inside the conversation (Claude Code sends them)
+            turns.append({"role": "system", "content": _text_of(m.content, where)})
+            continue
         if isinstance(m.content, str):
             _check_text(m.content, where)
             turns.append({"role": m.role, "content": m.content})
