@@ -96,8 +96,12 @@ class TokenRelayError(Exception):
         return self.anthropic_status_code or self.status_code
 
     def to_anthropic(self) -> dict[str, object]:
-        """The Anthropic error body: ``{"type": "error", "error": {"type", "message"}}``."""
-        return {"type": "error", "error": {"type": self.anthropic_type, "message": self.message}}
+        """The Anthropic error body: ``{"type": "error", "error": {"type", "message"}}``. Anthropic's errors
+        have no ``param``: the message names the field (prefixed with it where it does not already)."""
+        message = self.message
+        if self.param and self.param not in message:
+            message = f"{self.param}: {message}"
+        return {"type": "error", "error": {"type": self.anthropic_type, "message": message}}
 
 
 class ConfigError(TokenRelayError):

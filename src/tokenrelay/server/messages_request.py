@@ -21,8 +21,8 @@ Every way a body can be wrong is one ``InvalidRequestError`` (an Anthropic-shape
 a ``tool_result`` for no earlier ``tool_use``, a ``tool_use`` id given twice, a server tool (``type``
 ``web_search_20250305`` and the like: it cannot run here), ``thinking`` of the wrong shape (``budget_tokens``
 an integer of at least 1024 and below ``max_tokens``, as Anthropic requires), ``temperature`` outside 0..1
-(Anthropic's range), ``top_k`` other than 1 with sampling on (the engines take no ``top_k``; ``1`` is greedy
-and becomes ``temperature: 0``). ``cache_control``, ``metadata``, ``service_tier`` and the headers
+(Anthropic's range), ``top_k`` other than 0 and 1 (the engines take no ``top_k``; ``1`` is greedy and becomes
+``temperature: 0``). ``cache_control``, ``metadata``, ``service_tier`` and the headers
 ``anthropic-version`` / ``anthropic-beta`` do not change a reply here and are ignored; ``thinking`` is checked
 and otherwise left to the reasoning parser (a model that thinks streams ``thinking`` blocks either way).
 """
@@ -398,15 +398,14 @@ def parse_messages(
         raise InvalidRequestError(f"max_tokens must be at most {max_tokens_limit}", param="max_tokens")
     thinking = _check_thinking(req.thinking, req.max_tokens)
     temperature = req.temperature
-    if req.top_k is not None and req.top_k != 0:
-        if req.top_k == 1:
-            temperature = 0.0  # the most likely token only: greedy
-        elif temperature > 0:
-            raise InvalidRequestError(
-                "top_k is not supported by this server's engines (only 1, greedy, or with temperature 0)",
-                param="top_k",
-                code="unsupported_parameter",
-            )
+    if req.top_k == 1:
+        temperature = 0.0  # the most likely token only: greedy
+    elif req.top_k is not None and req.top_k != 0:
+        raise InvalidRequestError(
+            "top_k is not supported by this server's engines (only 1: greedy)",
+            param="top_k",
+            code="unsupported_parameter",
+        )
     tools = _tools(req)
     prompt = _prompt(req, tools, max_prompt_chars)
     if tools is not None and tools.choice == "none":

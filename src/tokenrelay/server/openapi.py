@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .generation import ENDPOINTS
+from .messages_openapi import messages_operations, messages_schemas
 from .requests import MAX_STOPS, ROLES
 from .response_format import openapi_schemas
 from .tools import CALL_NEEDS_TOOLS, tool_fields, tool_schemas
@@ -227,12 +228,21 @@ def describe(
 ) -> JSON:
     """Complete FastAPI's ``spec`` (paths and operation ids) with the schemas, responses and security."""
     components = spec.setdefault("components", {})
-    components.setdefault("schemas", {}).update(_schemas(models, max_tokens_limit, max_prompt_chars))
+    schemas = components.setdefault("schemas", {})
+    schemas.update(_schemas(models, max_tokens_limit, max_prompt_chars))
+    schemas.update(
+        messages_schemas(
+            _ref, models=models, max_tokens_limit=max_tokens_limit, max_prompt_chars=max_prompt_chars
+        )
+    )
     paths: dict[str, JSON] = spec.get("paths", {})
+    openai_requests = {"chat": "ChatCompletionRequest", "completion": "CompletionRequest"}
     for path, endpoint in ENDPOINTS.items():
+        if path in paths and endpoint.kind in openai_requests:
+            paths[path]["post"].update(_generation(openai_requests[endpoint.kind]))
+    for path, operation in messages_operations(_ref).items():
         if path in paths:
-            request = "ChatCompletionRequest" if endpoint.kind == "chat" else "CompletionRequest"
-            paths[path]["post"].update(_generation(request))
+            paths[path]["post"].update(operation)
     if "/metrics" in paths:
         paths["/metrics"]["get"]["responses"]["200"] = {
             "description": "Prometheus text exposition format",
