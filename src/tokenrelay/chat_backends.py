@@ -127,11 +127,15 @@ class EngineBackend:
 class RemoteBackend:
     """An OpenAI-compatible server at ``base_url`` (the API root, ``…/v1``)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, model: str | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, model: str | None = None, api: str = "chat"
+    ) -> None:
+        """``api``: ``"chat"`` (OpenAI's Chat Completions) or ``"messages"`` (Anthropic's Messages API)."""
         import httpx
 
         from tokenrelay.client import DEFAULT_TIMEOUT
 
+        self.api = api
         self.base_url = base_url
         self.api_key = api_key
         self.model = model or ""
@@ -168,6 +172,16 @@ class RemoteBackend:
             self.model = str(models[0])
 
     def _params(self, options: Options) -> dict[str, object]:
+        if self.api == "messages":  # Anthropic's names and ranges (temperature 0..1); no seed
+            messages: dict[str, object] = {
+                "temperature": min(options.temperature, 1.0),
+                "top_p": options.top_p,
+            }
+            if options.max_tokens is not None:
+                messages["max_tokens"] = options.max_tokens
+            if options.stops:
+                messages["stop_sequences"] = list(options.stops)
+            return messages
         params: dict[str, object] = {"temperature": options.temperature, "top_p": options.top_p}
         if options.max_tokens is not None:
             params["max_tokens"] = options.max_tokens
@@ -187,7 +201,13 @@ class RemoteBackend:
         params: dict[str, Any] = self._params(options)
         with self._reaching():
             chat = astream_chat(
-                self.base_url, prompt, model=self.model, client=self.http, api_key=self.api_key, **params
+                self.base_url,
+                prompt,
+                model=self.model,
+                client=self.http,
+                api_key=self.api_key,
+                api="messages" if self.api == "messages" else "chat",
+                **params,
             )
             async with contextlib.aclosing(chat):
                 async for item in chat:

@@ -304,6 +304,13 @@ def _add_client_options(parser: argparse.ArgumentParser) -> None:
     server.add_argument(
         "--api-key", help="sent as 'Authorization: Bearer KEY' (default: $TOKENRELAY_API_KEY)"
     )
+    server.add_argument(
+        "--api",
+        choices=("chat", "messages"),
+        default="chat",
+        help="with --url: the API to stream through, OpenAI's Chat Completions or Anthropic's Messages "
+        "(default: chat)",
+    )
 
 
 def _add_sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -341,7 +348,9 @@ def _backend(args: argparse.Namespace) -> Backend:
         if getattr(args, "include_stop", False):
             raise ConfigError("--include-stop needs the embedded engine (an OpenAI server drops the stop)")
         api_key = args.api_key or os.environ.get("TOKENRELAY_API_KEY") or None
-        return RemoteBackend(api_base(url), api_key=api_key, model=args.model)
+        return RemoteBackend(
+            api_base(url), api_key=api_key, model=args.model, api=getattr(args, "api", "chat")
+        )
     # The replay engine has no chat template: it replays its text, or the message itself.
     return EngineBackend(_build_engine(args), plain=args.engine == "replay")
 

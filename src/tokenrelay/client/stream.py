@@ -18,6 +18,7 @@ import itertools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import anyio
 import httpx
@@ -25,15 +26,20 @@ import httpx
 from tokenrelay._errors import ProtocolError, StreamTruncated, TokenRelayError
 from tokenrelay._stream import Usage
 from tokenrelay.wire._chat_reader import ChatStreamDecoder, error_from_body
+from tokenrelay.wire._messages_reader import MessagesStreamDecoder
 from tokenrelay.wire._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "ChatDelta", "ChatResult", "ChunkArrival", "ClientTimings", "StreamLog",
+    "DEFAULT_TIMEOUT", "Api", "ChatDelta", "ChatResult", "ChunkArrival", "ClientTimings", "StreamLog",
     "aiter_events", "astream_chat", "iter_events", "stream_chat",
 ]  # fmt: skip
 
 #: Reads may pause between tokens (a slow first token, a busy GPU): a minute before a read gives up.
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, read=60.0)
+#: Which API a chat stream asks: OpenAI's Chat Completions, or Anthropic's Messages.
+Api = Literal["chat", "messages"]
+MESSAGES_MAX_TOKENS = 1024  # the Messages API requires max_tokens: this one unless the caller gives one
+ANTHROPIC_VERSION = "2023-06-01"
 _MAX_ERROR_BODY = 64 * 1024  # an error page is quoted, not streamed forever
 
 
@@ -249,10 +255,12 @@ async def aiter_events(
 class _ChatRun:
     """One chat stream: its parser, its decoder, and the clock readings, shared by the sync and async loops."""
 
-    def __init__(self, max_event_bytes: int) -> None:
+    def __init__(self, max_event_bytes: int, api: Api = "chat") -> None:
         self.start = time.perf_counter()
         self.parser = SSEParser(max_event_bytes)
-        self.decoder = ChatStreamDecoder()
+        self.decoder: ChatStreamDecoder | MessagesStreamDecoder = (
+            MessagesStreamDecoder() if api == "messages" else ChatStreamDecoder()
+        )
         self.chunks: list[ChunkArrival] = []
         self.deltas: list[ChatDelta] = []
 
@@ -296,7 +304,10 @@ def _chat_request(
     api_key: str | None,
     headers: Mapping[str, str] | None,
     params: Mapping[str, object],
+    api: Api = "chat",
 ) -> tuple[str, dict[str, str], dict[str, object]]:
+    if api == "messages":
+        return _messages_request(base_url, messages, model, api_key, headers, params)
     body: dict[str, object] = {"model": model, "messages": list(messages), "stream": True}
     if include_usage:
         body["stream_options"] = {"include_usage": True}
@@ -305,6 +316,29 @@ def _chat_request(
     if api_key:
         all_headers["Authorization"] = f"Bearer {api_key}"
     return base_url.rstrip("/") + "/chat/completions", all_headers, body
+
+
+def _messages_request(
+    base_url: str,
+    messages: Sequence[Mapping[str, object]],
+    model: str,
+    api_key: str | None,
+    headers: Mapping[str, str] | None,
+    params: Mapping[str, object],
+) -> tuple[str, dict[str, str], dict[str, object]]:
+    """An Anthropic Messages request for the same chat: system turns become ``system``, ``max_tokens`` (which
+    the API requires) is ``MESSAGES_MAX_TOKENS`` unless given."""
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    turns = [dict(m) for m in messages if m.get("role") != "system"]
+    body: dict[str, object] = {"model": model, "messages": turns, "stream": True}
+    body["max_tokens"] = MESSAGES_MAX_TOKENS
+    if system:
+        body["system"] = system
+    body.update(params)
+    all_headers = {"Accept": "text/event-stream", "anthropic-version": ANTHROPIC_VERSION, **(headers or {})}
+    if api_key:
+        all_headers["x-api-key"] = api_key
+    return base_url.rstrip("/") + "/messages", all_headers, body
 
 
 def stream_chat(
@@ -319,17 +353,22 @@ def stream_chat(
     allow_truncated: bool = False,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+    api: Api = "chat",
     **params: object,
 ) -> Generator[ChatDelta | ChatResult, None, None]:
     """Stream an OpenAI-compatible chat completion: :class:`ChatDelta` items, then one :class:`ChatResult`.
 
     ``base_url`` is the API root as the OpenAI SDK takes it (``http://host:port/v1``); ``params`` go into the
-    request body (``max_tokens=...``, ``temperature=...``).
+    request body (``max_tokens=...``, ``temperature=...``). ``api="messages"`` asks the Anthropic Messages
+    API at the same root instead (``POST …/v1/messages``, the key as ``x-api-key``) and reads its stream into
+    the same items (``finish_reason`` in the chat API's terms).
     """
-    url, all_headers, body = _chat_request(base_url, messages, model, include_usage, api_key, headers, params)
+    url, all_headers, body = _chat_request(
+        base_url, messages, model, include_usage, api_key, headers, params, api
+    )
     http = client if client is not None else httpx.Client(timeout=timeout)
     try:
-        run = _ChatRun(max_event_bytes)
+        run = _ChatRun(max_event_bytes, api)
         cut: httpx.TransportError | None = None
         with http.stream("POST", url, headers=all_headers, json=body) as response:
             if response.status_code != 200 or not _is_event_stream(response):
@@ -359,13 +398,16 @@ async def astream_chat(
     allow_truncated: bool = False,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+    api: Api = "chat",
     **params: object,
 ) -> AsyncGenerator[ChatDelta | ChatResult, None]:
     """:func:`stream_chat` for ``httpx.AsyncClient``."""
-    url, all_headers, body = _chat_request(base_url, messages, model, include_usage, api_key, headers, params)
+    url, all_headers, body = _chat_request(
+        base_url, messages, model, include_usage, api_key, headers, params, api
+    )
     http = client if client is not None else httpx.AsyncClient(timeout=timeout)
     try:
-        run = _ChatRun(max_event_bytes)
+        run = _ChatRun(max_event_bytes, api)
         cut: httpx.TransportError | None = None
         async with http.stream("POST", url, headers=all_headers, json=body) as response:
             if response.status_code != 200 or not _is_event_stream(response):

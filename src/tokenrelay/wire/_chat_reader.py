@@ -20,6 +20,7 @@ from tokenrelay._errors import (
     RateLimitError,
     RequestTimeoutError,
     TokenRelayError,
+    UnavailableError,
 )
 from tokenrelay._stream import Usage
 
@@ -41,16 +42,22 @@ _BY_STATUS: dict[int, type[TokenRelayError]] = {
     408: RequestTimeoutError,
     413: PayloadTooLargeError,
     429: RateLimitError,
+    529: UnavailableError,  # Anthropic's "overloaded"
 }
 _BY_TYPE: dict[str, type[TokenRelayError]] = {
-    cls.error_type: cls for cls in (InvalidRequestError, AuthenticationError, NotFoundError, RateLimitError)
+    **{
+        cls.error_type: cls
+        for cls in (InvalidRequestError, AuthenticationError, NotFoundError, RateLimitError)
+    },
+    "overloaded_error": UnavailableError,  # the Messages API's (an in-stream error has no status of its own)
 }
 
 
 def error_from_body(status_code: int, body: bytes, *, reason: str = "") -> TokenRelayError:
     """The error an error response (or an in-stream error, ``status_code=200``) stands for.
 
-    An OpenAI-shaped body gives the message, ``type``, ``param`` and ``code``; any other body is quoted (at
+    An OpenAI-shaped body gives the message, ``type``, ``param`` and ``code`` (an Anthropic-shaped one, the
+    same ``error`` object without the last two, its message and type); any other body is quoted (at
     most 500 characters) so the caller sees what the server said. The class follows the HTTP status, else
     the error type; the instance keeps the real status.
     """
