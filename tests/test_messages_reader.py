@@ -8,6 +8,7 @@ a block never started, and raises the error an ``error`` event names.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -31,7 +32,7 @@ CORPUS = (Path(__file__).parent / "data" / "multilingual.txt").read_bytes().deco
 def read(stream: bytes, cuts: list[int]) -> tuple[str, MessagesStreamDecoder]:
     parser, decoder, text = SSEParser(), MessagesStreamDecoder(), ""
     bounds = [0, *sorted(cuts), len(stream)]
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in itertools.pairwise(bounds):
         for event in parser.feed(stream[a:b]):
             text += decoder.feed(event)
     parser.close()
