@@ -17,7 +17,11 @@ transport (``server.run``'s ``tokenrelay.body`` extension, as served) and throug
 one process, and prints the ratio. ``--front``: the relay front instead (``--engine upstream`` over a recorded
 replica).
 
-    python benchmarks/server_path.py [--streams 32] [--tokens 256] [--rounds 5] [--profile] [--vs-send] [--front]
+``--vs-messages`` alternates rounds of chat completions and of the Anthropic Messages API (the same replies
+as named events) and prints the ratio of their CPU per token.
+
+    python benchmarks/server_path.py [--streams 32] [--tokens 256] [--rounds 5] [--profile] [--vs-send]
+                                     [--vs-messages] [--front]
 
 Not a test: compare runs on one machine, one after the other.
 """
@@ -96,7 +100,19 @@ class Sink:
         return 0
 
 
-def request(tokens: int, prompt: str, *, token_ids: bool = False) -> bytes:
+def request(tokens: int, prompt: str, *, token_ids: bool = False, api: str = "chat") -> bytes:
+    if api == "messages":  # the Anthropic Messages API: the same reply as named events
+        messages = {
+            "model": "replay",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": tokens,
+            "stream": True,
+        }
+        body = json.dumps(messages).encode()
+        return (
+            "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
     fields: dict[str, Any] = {
         "model": "replay",
         "messages": [{"role": "user", "content": prompt}],
@@ -178,7 +194,7 @@ class Replica:
 
 
 async def batch(protocol_class: type[asyncio.Protocol], config: Any, state: ServerState, streams: int,
-                requests: int, tokens: int) -> int:  # fmt: skip
+                requests: int, tokens: int, api: str = "chat") -> int:  # fmt: skip
     """``streams`` connections, each sending ``requests`` streamed chats one after another; bytes written."""
     loop = asyncio.get_running_loop()
     total = 0
@@ -190,7 +206,7 @@ async def batch(protocol_class: type[asyncio.Protocol], config: Any, state: Serv
         protocol.connection_made(sink)
         for k in range(requests):
             sink.ended = loop.create_future()
-            protocol.data_received(request(tokens, f"prompt {index} {k}"))
+            protocol.data_received(request(tokens, f"prompt {index} {k}", api=api))
             await sink.ended
         protocol.connection_lost(None)
         total += sink.written
@@ -216,6 +232,12 @@ def main() -> None:
         action="store_true",
         help="alternate rounds with the frames written straight to the transport (server.run's tokenrelay.body) "
         "and through uvicorn's ASGI send, and print the ratio",
+    )
+    parser.add_argument(
+        "--vs-messages",
+        action="store_true",
+        help="alternate rounds of chat completions and of the Anthropic Messages API (the same replies), and "
+        "print the ratio",
     )
     parser.add_argument(
         "--front",
@@ -264,10 +286,11 @@ def main() -> None:
     state = ServerState()
 
     system = [0.0]
+    api = ["chat"]  # --vs-messages: "messages" in every other round
 
     def timed(streams: int, requests: int, tokens: int) -> float:
         start, sys0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
-        loop.run_until_complete(batch(protocol_class, config, state, streams, requests, tokens))
+        loop.run_until_complete(batch(protocol_class, config, state, streams, requests, tokens, api[0]))
         system[0] = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
         return time.process_time() - start
 
@@ -283,13 +306,21 @@ def main() -> None:
         return
     long_n = args.streams * args.requests * args.tokens
     short_req = args.streams * args.short_requests
-    variants = (True, False) if args.vs_send else (True,)
-    per_token: dict[bool, list[float]] = {v: [] for v in variants}
-    per_request: dict[bool, list[float]] = {v: [] for v in variants}
+    variants: tuple[Any, ...] = (
+        (True, False) if args.vs_send else ("chat", "messages") if args.vs_messages else (True,)
+    )
+    per_token: dict[Any, list[float]] = {v: [] for v in variants}
+    per_request: dict[Any, list[float]] = {v: [] for v in variants}
     shares: list[float] = []
+    if args.vs_messages:
+        api[0] = "messages"
+        timed(args.streams, 2, args.tokens)  # warm the Messages path too
     for _ in range(args.rounds):
         for variant in variants:
-            direct[0] = variant
+            if args.vs_messages:
+                api[0] = variant
+            else:
+                direct[0] = variant
             long = timed(args.streams, args.requests, args.tokens)
             shares.append(system[0] / long)
             short = timed(args.streams, args.short_requests, args.short_tokens)
@@ -299,13 +330,25 @@ def main() -> None:
     for variant in variants:
         tok, req = per_token[variant], per_request[variant]
         label = (
-            "" if not args.vs_send else " (frames straight to the transport)" if variant else " (ASGI send)"
+            f" ({variant})"
+            if args.vs_messages
+            else ""
+            if not args.vs_send
+            else " (frames straight to the transport)"
+            if variant
+            else " (ASGI send)"
         )
         print(
             f"{'front' if args.front else 'server'} path in-process{label}, {args.streams} streams: "
             f"{statistics.median(tok):.1f} µs/token (rounds {min(tok):.1f}–{max(tok):.1f}; "
             f"{statistics.median(shares):.0%} in the kernel), {statistics.median(req):.0f} µs/request "
             f"beyond its tokens (rounds {min(req):.0f}–{max(req):.0f})"
+        )
+    if args.vs_messages:
+        ratios = [a / b for a, b in zip(per_token["messages"], per_token["chat"], strict=True)]
+        print(
+            f"messages / chat, per token: median of rounds {statistics.median(ratios):.3f} "
+            f"(rounds {min(ratios):.3f}–{max(ratios):.3f})"
         )
     if args.vs_send:
         ratios = [a / b for a, b in zip(per_token[True], per_token[False], strict=True)]
