@@ -98,7 +98,8 @@ class Sink:
 
 def request(tokens: int, prompt: str, *, token_ids: bool = False, api: str = "chat") -> bytes:
     """A streamed request of ``tokens`` tokens: a chat completion, or (``api="responses"``) the same as the
-    Responses API asks it (``store: false``, as a benchmark keeps nothing)."""
+    Responses API asks it (``store: false``, as a benchmark keeps nothing), or (``api="messages"``) as the
+    Anthropic Messages API does."""
     path = "/v1/chat/completions"
     fields: dict[str, Any] = {
         "model": "replay",
@@ -107,6 +108,9 @@ def request(tokens: int, prompt: str, *, token_ids: bool = False, api: str = "ch
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if api == "messages":  # the Anthropic Messages API: the same reply as named events
+        path = "/v1/messages"
+        fields = {"model": "replay", "messages": fields["messages"], "max_tokens": tokens, "stream": True}
     if api == "responses":
         path = "/v1/responses"
         fields = {
@@ -240,6 +244,11 @@ def main() -> None:
         "CPU and bytes per token",
     )
     parser.add_argument(
+        "--vs-messages",
+        action="store_true",
+        help="the same with the Anthropic Messages API (issue 30)",
+    )
+    parser.add_argument(
         "--front",
         action="store_true",
         help="the relay front instead (--engine upstream, its replica a recorded replay answer, one write "
@@ -294,8 +303,8 @@ def main() -> None:
         system[0] = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
         return time.process_time() - start
 
-    if args.vs_responses:
-        return _vs_responses(args, timed, written)
+    if args.vs_responses or args.vs_messages:
+        return _vs_api(args, timed, written, "responses" if args.vs_responses else "messages")
     timed(args.streams, 2, args.tokens)  # warm: imports, caches, the tokenizer's first calls
     gc.collect()
     gc.freeze()  # as the app's lifespan does (tune_gc)
@@ -340,32 +349,34 @@ def main() -> None:
         )
 
 
-def _vs_responses(args: argparse.Namespace, timed: Any, written: list[int]) -> None:
-    """Chat completions and the Responses API side by side, rounds alternating: CPU µs and bytes per token."""
-    for api in ("chat", "responses"):  # warm both paths
+def _vs_api(args: argparse.Namespace, timed: Any, written: list[int], other: str) -> None:
+    """Chat completions and ``other`` (the Responses or the Messages API) side by side, rounds alternating: CPU
+    µs and bytes per token."""
+    apis = ("chat", other)
+    for api in apis:  # warm both paths
         API[0] = api
         timed(args.streams, 2, args.tokens)
     gc.collect()
     gc.freeze()
     tokens = args.streams * args.requests * args.tokens
-    cpu: dict[str, list[float]] = {"chat": [], "responses": []}
+    cpu: dict[str, list[float]] = {api: [] for api in apis}
     size: dict[str, float] = {}
     for _ in range(args.rounds):
-        for api in ("chat", "responses"):
+        for api in apis:
             API[0] = api
             cpu[api].append(timed(args.streams, args.requests, args.tokens) / tokens * 1e6)
             size[api] = written[0] / tokens
     where = "front" if args.front else "server"
-    for api in ("chat", "responses"):
+    for api in apis:
         us = cpu[api]
         print(
             f"{where} path, {api:9s} {args.streams} streams × {args.tokens} tokens: {statistics.median(us):.1f} "
             f"µs/token (rounds {min(us):.1f}–{max(us):.1f}), {size[api]:.0f} bytes/token on the wire"
         )
-    ratios = [r / c for r, c in zip(cpu["responses"], cpu["chat"], strict=True)]
+    ratios = [r / c for r, c in zip(cpu[other], cpu["chat"], strict=True)]
     print(
-        f"responses / chat, CPU per token: median of rounds {statistics.median(ratios):.3f} "
-        f"(rounds {min(ratios):.3f}–{max(ratios):.3f}); bytes per token {size['responses'] / size['chat']:.2f}×"
+        f"{other} / chat, CPU per token: median of rounds {statistics.median(ratios):.3f} "
+        f"(rounds {min(ratios):.3f}–{max(ratios):.3f}); bytes per token {size[other] / size['chat']:.2f}×"
     )
 
 

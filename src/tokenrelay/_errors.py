@@ -1,27 +1,28 @@
 """One error tree for the whole relay.
 
 Every error tokenrelay raises derives from :class:`TokenRelayError`. Each class knows the HTTP status and the
-OpenAI error ``type`` it maps to, so the server turns any of them into an OpenAI-shaped error body without a
-lookup table of its own::
+error ``type`` of each dialect it maps to (OpenAI's, and Anthropic's for the Messages API, whose status
+differs for two of them), so the server turns any of them into an error body of the endpoint's dialect
+without a lookup table of its own::
 
-    TokenRelayError                      500 server_error
-    ├── ConfigError                      500 server_error        bad option, model file, engine setup
-    ├── TokenizerError                   500 server_error        tokenizer missing, truncated, unsupported
-    ├── ProtocolError                    502 server_error        a peer broke the SSE / OpenAI wire format
-    │   ├── StreamTruncated              502 server_error        the stream ended before it finished
-    │   └── JSONError (+ ValueError)     502 server_error        text that must be JSON is not
-    │       ├── JSONSyntaxError          502 server_error        it cannot be continued into JSON
-    │       └── TruncatedJSONError       502 server_error        it ended before the value did
-    ├── EngineError                      500 server_error        the model failed mid-generation
-    ├── ToolCallError                    500 server_error        the reply's tool call is malformed
-    ├── UseAfterFinishError              500 server_error        input after finish()/close() (a caller's bug)
-    ├── UnavailableError                 503 server_error        the server is shutting down
-    └── InvalidRequestError              400 invalid_request_error
-        ├── AuthenticationError          401 authentication_error
-        ├── NotFoundError                404 not_found_error
-        ├── RequestTimeoutError          408 invalid_request_error   the body did not arrive in time
-        ├── PayloadTooLargeError         413 invalid_request_error
-        └── RateLimitError               429 rate_limit_error
+    TokenRelayError                      500 server_error            api_error
+    ├── ConfigError                      500 server_error            api_error     bad option, model file, engine setup
+    ├── TokenizerError                   500 server_error            api_error     tokenizer missing, truncated, unsupported
+    ├── ProtocolError                    502 server_error            api_error     a peer broke the SSE / OpenAI wire format
+    │   ├── StreamTruncated              502 server_error            api_error     the stream ended before it finished
+    │   └── JSONError (+ ValueError)     502 server_error            api_error     text that must be JSON is not
+    │       ├── JSONSyntaxError          502 server_error            api_error     it cannot be continued into JSON
+    │       └── TruncatedJSONError       502 server_error            api_error     it ended before the value did
+    ├── EngineError                      500 server_error            api_error     the model failed mid-generation
+    ├── ToolCallError                    500 server_error            api_error     the reply's tool call is malformed
+    ├── UseAfterFinishError              500 server_error            api_error     input after finish()/close() (a caller's bug)
+    ├── UnavailableError                 503 server_error            overloaded_error (529)  the server is shutting down
+    └── InvalidRequestError              400 invalid_request_error   invalid_request_error
+        ├── AuthenticationError          401 authentication_error    authentication_error
+        ├── NotFoundError                404 not_found_error         not_found_error
+        ├── RequestTimeoutError          408 invalid_request_error   invalid_request_error   the body did not arrive in time
+        ├── PayloadTooLargeError         413 invalid_request_error   invalid_request_error
+        └── RateLimitError               429 rate_limit_error        rate_limit_error
 
 Errors carry plain data (``param``, ``code``, a JSON error's ``offset`` or partial ``value``), never a request
 object. The JSON errors are each a ``ValueError`` as well, so code written for ``json.loads`` (which raises
@@ -68,6 +69,9 @@ class TokenRelayError(Exception):
 
     status_code: int = 500
     error_type: str = "server_error"
+    #: The Anthropic Messages API's error ``type`` and, where it differs from ``status_code``, its status.
+    anthropic_type: str = "api_error"
+    anthropic_status_code: int | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -85,6 +89,19 @@ class TokenRelayError(Exception):
                 "code": self.code,
             }
         }
+
+    @property
+    def anthropic_status(self) -> int:
+        """The HTTP status of this error on the Messages API (``status_code`` unless Anthropic's differs)."""
+        return self.anthropic_status_code or self.status_code
+
+    def to_anthropic(self) -> dict[str, object]:
+        """The Anthropic error body: ``{"type": "error", "error": {"type", "message"}}``. Anthropic's errors
+        have no ``param``: the message names the field (prefixed with it where it does not already)."""
+        message = self.message
+        if self.param and self.param not in message:
+            message = f"{self.param}: {message}"
+        return {"type": "error", "error": {"type": self.anthropic_type, "message": message}}
 
 
 class ConfigError(TokenRelayError):
@@ -151,6 +168,8 @@ class UnavailableError(TokenRelayError):
     """The server cannot finish the request now (it is shutting down); the client may retry elsewhere."""
 
     status_code = 503
+    anthropic_type = "overloaded_error"
+    anthropic_status_code = 529  # Anthropic's "overloaded": its SDKs retry it, as they retry a 503
 
 
 class InvalidRequestError(TokenRelayError):
@@ -158,16 +177,19 @@ class InvalidRequestError(TokenRelayError):
 
     status_code = 400
     error_type = "invalid_request_error"
+    anthropic_type = "invalid_request_error"
 
 
 class AuthenticationError(InvalidRequestError):
     status_code = 401
     error_type = "authentication_error"
+    anthropic_type = "authentication_error"
 
 
 class NotFoundError(InvalidRequestError):
     status_code = 404
     error_type = "not_found_error"
+    anthropic_type = "not_found_error"
 
 
 class RequestTimeoutError(InvalidRequestError):
@@ -181,6 +203,7 @@ class PayloadTooLargeError(InvalidRequestError):
 class RateLimitError(InvalidRequestError):
     status_code = 429
     error_type = "rate_limit_error"
+    anthropic_type = "rate_limit_error"
 
     def __init__(
         self, message: str, *, retry_after: float = 1.0, param: str | None = None, code: str | None = None

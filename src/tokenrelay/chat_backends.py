@@ -132,9 +132,9 @@ class RemoteBackend:
     def __init__(
         self, base_url: str, *, api_key: str | None = None, model: str | None = None, api: str = "auto"
     ) -> None:
-        """``api``: ``"chat"`` (``/chat/completions``), ``"responses"`` (the Responses API), or ``"auto"``:
-        chat, and the Responses API from the first time the server answers chat with a 404 that is not about
-        the model (a server that speaks only Responses)."""
+        """``api``: ``"chat"`` (``/chat/completions``), ``"responses"`` (the Responses API), ``"messages"``
+        (Anthropic's Messages API), or ``"auto"``: chat, and the Responses API from the first time the server
+        answers chat with a 404 that is not about the model (a server that speaks only Responses)."""
         import httpx
 
         from tokenrelay.client import DEFAULT_TIMEOUT
@@ -176,6 +176,16 @@ class RemoteBackend:
             self.model = str(models[0])
 
     def _params(self, options: Options) -> dict[str, object]:
+        if self.api == "messages":  # Anthropic's names and ranges (temperature 0..1); no seed
+            messages: dict[str, object] = {
+                "temperature": min(options.temperature, 1.0),
+                "top_p": options.top_p,
+            }
+            if options.max_tokens is not None:
+                messages["max_tokens"] = options.max_tokens
+            if options.stops:
+                messages["stop_sequences"] = list(options.stops)
+            return messages
         params: dict[str, object] = {"temperature": options.temperature, "top_p": options.top_p}
         if options.max_tokens is not None:
             params["max_tokens"] = options.max_tokens
@@ -205,7 +215,11 @@ class RemoteBackend:
                 model=self.model,
                 client=self.http,
                 api_key=self.api_key,
-                api="responses" if self.api == "responses" else "chat",
+                api="responses"
+                if self.api == "responses"
+                else "messages"
+                if self.api == "messages"
+                else "chat",
                 **params,
             )
             try:

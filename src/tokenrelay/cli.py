@@ -306,10 +306,10 @@ def _add_client_options(parser: argparse.ArgumentParser) -> None:
     )
     server.add_argument(
         "--api",
-        choices=("auto", "chat", "responses"),
+        choices=("auto", "chat", "responses", "messages"),
         default="auto",
-        help="which API to ask the server: chat completions, the Responses API, or auto (chat, and the "
-        "Responses API when the server has no chat endpoint)",
+        help="with --url: the API to ask the server, chat completions, the Responses API or Anthropic's "
+        "Messages API, or auto (chat, and the Responses API when the server has no chat endpoint)",
     )
 
 
@@ -394,7 +394,15 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key",
         default=os.environ.get("TOKENRELAY_API_KEY"),
-        help="require 'Authorization: Bearer KEY' (default: $TOKENRELAY_API_KEY, else none)",
+        help="require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: $TOKENRELAY_API_KEY, else none)",
+    )
+    parser.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="more names the model answers to, as vLLM's option (requests may name any; replies echo the "
+        "name asked for): e.g. the names Claude Code asks for",
     )
     parser.add_argument(
         "--max-active",
@@ -525,6 +533,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         tool_call_parser=args.tool_call_parser,
         responses_store_count=args.responses_store,
         responses_store_bytes=int(args.responses_store_mb * (1 << 20)),
+        model_aliases=tuple(args.served_model_name),
     )
     if args.workers > 1:
         model = engine.model

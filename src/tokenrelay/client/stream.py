@@ -1,12 +1,10 @@
-"""A streaming client, sync and async (httpx): events of any SSE URL, and OpenAI chat deltas.
+"""A streaming client, sync and async (httpx): events of any SSE URL (chat streams: ``chat.py``).
 
-A thin shell around the sans-I/O parts: one :class:`SSEParser` per connection, one
-:class:`ChatStreamDecoder` per chat stream. The shell owns what they must not: sockets, the clock, sleeping.
+A thin shell around the sans-I/O parts: one :class:`SSEParser` per connection. The shell owns what they must
+not: sockets, the clock, sleeping.
 
 - A response that is not an event stream (a status other than 200, or another content type) raises the
   :class:`TokenRelayError` its body describes; the message is the server's own.
-- ``[DONE]`` or a ``finish_reason`` means a chat stream finished; EOF (or a broken connection) before either
-  raises :class:`StreamTruncated`, or, with ``allow_truncated=True``, gives a result with ``finished=False``.
 - Plain SSE endpoints may be followed across reconnections, as a browser's EventSource does: the
   ``Last-Event-ID`` header, the server's ``retry`` (capped), and HTTP 204 to stop.
 - Every chunk read is recorded with its arrival time and size; chat results carry the timings.
@@ -14,23 +12,19 @@ A thin shell around the sans-I/O parts: one :class:`SSEParser` per connection, o
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import anyio
 import httpx
 
 from tokenrelay._errors import ProtocolError, StreamTruncated, TokenRelayError
-from tokenrelay._stream import Usage
-from tokenrelay.wire._chat_reader import ChatStreamDecoder, error_from_body
-from tokenrelay.wire._responses_reader import ResponsesStreamDecoder
+from tokenrelay.wire._chat_reader import error_from_body
 from tokenrelay.wire._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "ChatDelta", "ChatReasoning", "ChatResult", "ChunkArrival", "ClientTimings", "StreamLog",
-    "aiter_events", "astream_chat", "iter_events", "stream_chat",
+    "DEFAULT_TIMEOUT", "ChunkArrival", "StreamLog", "aiter_events", "iter_events",
 ]  # fmt: skip
 
 #: Reads may pause between tokens (a slow first token, a busy GPU): a minute before a read gives up.
@@ -44,45 +38,6 @@ class ChunkArrival:
 
     at: float
     nbytes: int
-
-
-@dataclass(frozen=True)
-class ClientTimings:
-    """Seconds from sending the request: first byte, first token, the gaps between tokens, and the end."""
-
-    time_to_first_byte: float | None
-    time_to_first_token: float | None
-    inter_token_gaps: tuple[float, ...]
-    total: float
-
-
-@dataclass(frozen=True)
-class ChatDelta:
-    """Text the model added, and when its chunk arrived (seconds since the request was sent)."""
-
-    text: str
-    at: float
-
-
-@dataclass(frozen=True)
-class ChatReasoning:
-    """Reasoning text the model added (apart from the answer), and when its chunk arrived."""
-
-    text: str
-    at: float
-
-
-@dataclass(frozen=True)
-class ChatResult:
-    """The last item of a chat stream. ``text`` is the answer; ``reasoning`` the reasoning, apart."""
-
-    text: str
-    finish_reason: str | None
-    usage: Usage | None
-    finished: bool  # [DONE] or a finish_reason arrived; False only with allow_truncated=True
-    timings: ClientTimings
-    chunks: tuple[ChunkArrival, ...]
-    reasoning: str = ""
 
 
 @dataclass
@@ -251,182 +206,6 @@ async def aiter_events(
             if delay is None:
                 return
             await anyio.sleep(delay)
-    finally:
-        if client is None:
-            await http.aclose()
-
-
-class _ChatRun:
-    """One chat stream: its parser, its decoder, and the clock readings, shared by the sync and async loops."""
-
-    def __init__(self, max_event_bytes: int, api: str = "chat") -> None:
-        self.start = time.perf_counter()
-        self.parser = SSEParser(max_event_bytes)
-        self.decoder: ChatStreamDecoder | ResponsesStreamDecoder = (
-            ResponsesStreamDecoder() if api == "responses" else ChatStreamDecoder()
-        )
-        self.chunks: list[ChunkArrival] = []
-        self.deltas: list[ChatDelta] = []
-        self.reasoning: list[str] = []
-
-    def feed(self, chunk: bytes) -> list[ChatDelta | ChatReasoning]:
-        at = time.perf_counter() - self.start
-        self.chunks.append(ChunkArrival(at, len(chunk)))
-        out: list[ChatDelta | ChatReasoning] = []
-        for event in self.parser.feed(chunk):
-            if self.decoder.done:
-                break  # nothing after [DONE] belongs to the reply
-            text = self.decoder.feed(event)
-            if self.decoder.reasoning:
-                self.reasoning.append(self.decoder.reasoning)
-                out.append(ChatReasoning(self.decoder.reasoning, at))
-            if text:
-                delta = ChatDelta(text, at)
-                self.deltas.append(delta)
-                out.append(delta)
-        return out
-
-    def result(self, cut: httpx.TransportError | None, allow_truncated: bool) -> ChatResult:
-        total = time.perf_counter() - self.start
-        decoder = self.decoder
-        if not decoder.finished and not allow_truncated:
-            how = f"the connection broke: {cut}" if cut is not None else "EOF"
-            raise StreamTruncated(
-                f"chat stream ended before its end event or a finish_reason ({how})"
-            ) from cut
-        times = [delta.at for delta in self.deltas]
-        timings = ClientTimings(
-            time_to_first_byte=self.chunks[0].at if self.chunks else None,
-            time_to_first_token=times[0] if times else None,
-            inter_token_gaps=tuple(b - a for a, b in itertools.pairwise(times)),
-            total=total,
-        )
-        text = "".join(delta.text for delta in self.deltas)
-        reasoning = "".join(self.reasoning)
-        chunks = tuple(self.chunks)
-        return ChatResult(
-            text, decoder.finish_reason, decoder.usage, decoder.finished, timings, chunks, reasoning
-        )
-
-
-#: The APIs a chat stream can be asked of: ``"chat"`` (``/chat/completions``) and ``"responses"``
-#: (``/responses``, the OpenAI Responses API: the messages are its ``input``, ``max_tokens`` its
-#: ``max_output_tokens``; the usage always comes).
-APIS = ("chat", "responses")
-
-
-def _chat_request(
-    base_url: str,
-    messages: Sequence[Mapping[str, object]],
-    model: str,
-    include_usage: bool,
-    api_key: str | None,
-    headers: Mapping[str, str] | None,
-    params: Mapping[str, object],
-    api: str = "chat",
-) -> tuple[str, dict[str, str], dict[str, object]]:
-    if api not in APIS:
-        raise ValueError(f"api must be one of {', '.join(APIS)}, not {api!r}")
-    if api == "responses":
-        body: dict[str, object] = {"model": model, "input": list(messages), "stream": True}
-        fields = dict(params)
-        if "max_tokens" in fields:
-            fields["max_output_tokens"] = fields.pop("max_tokens")
-        body.update(fields)
-        path = "/responses"
-    else:
-        body = {"model": model, "messages": list(messages), "stream": True}
-        if include_usage:
-            body["stream_options"] = {"include_usage": True}
-        body.update(params)
-        path = "/chat/completions"
-    all_headers = {"Accept": "text/event-stream", **(headers or {})}
-    if api_key:
-        all_headers["Authorization"] = f"Bearer {api_key}"
-    return base_url.rstrip("/") + path, all_headers, body
-
-
-def stream_chat(
-    base_url: str,
-    messages: Sequence[Mapping[str, object]],
-    *,
-    model: str = "",
-    client: httpx.Client | None = None,
-    api_key: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    include_usage: bool = True,
-    allow_truncated: bool = False,
-    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-    timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-    api: str = "chat",
-    **params: object,
-) -> Generator[ChatDelta | ChatReasoning | ChatResult, None, None]:
-    """Stream an OpenAI-compatible chat completion: :class:`ChatDelta` items (and :class:`ChatReasoning` for
-    reasoning, apart), then one :class:`ChatResult`.
-
-    ``base_url`` is the API root as the OpenAI SDK takes it (``http://host:port/v1``); ``params`` go into the
-    request body (``max_tokens=...``, ``temperature=...``). ``api="responses"`` asks the OpenAI Responses API
-    (``/responses``) instead and reads its stream into the same results (``finish_reason`` ``"stop"``,
-    ``"length"`` or ``"tool_calls"``).
-    """
-    url, all_headers, body = _chat_request(
-        base_url, messages, model, include_usage, api_key, headers, params, api
-    )
-    http = client if client is not None else httpx.Client(timeout=timeout)
-    try:
-        run = _ChatRun(max_event_bytes, api)
-        cut: httpx.TransportError | None = None
-        with http.stream("POST", url, headers=all_headers, json=body) as response:
-            if response.status_code != 200 or not _is_event_stream(response):
-                raise _response_error(response, _read_limited(response))
-            try:
-                for chunk in response.iter_bytes():
-                    yield from run.feed(chunk)
-                    if run.decoder.done:
-                        break
-            except httpx.TransportError as exc:
-                cut = exc
-        yield run.result(cut, allow_truncated)
-    finally:
-        if client is None:
-            http.close()
-
-
-async def astream_chat(
-    base_url: str,
-    messages: Sequence[Mapping[str, object]],
-    *,
-    model: str = "",
-    client: httpx.AsyncClient | None = None,
-    api_key: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    include_usage: bool = True,
-    allow_truncated: bool = False,
-    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-    timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-    api: str = "chat",
-    **params: object,
-) -> AsyncGenerator[ChatDelta | ChatReasoning | ChatResult, None]:
-    """:func:`stream_chat` for ``httpx.AsyncClient``."""
-    url, all_headers, body = _chat_request(
-        base_url, messages, model, include_usage, api_key, headers, params, api
-    )
-    http = client if client is not None else httpx.AsyncClient(timeout=timeout)
-    try:
-        run = _ChatRun(max_event_bytes, api)
-        cut: httpx.TransportError | None = None
-        async with http.stream("POST", url, headers=all_headers, json=body) as response:
-            if response.status_code != 200 or not _is_event_stream(response):
-                raise _response_error(response, await _aread_limited(response))
-            try:
-                async for chunk in response.aiter_bytes():
-                    for delta in run.feed(chunk):
-                        yield delta
-                    if run.decoder.done:
-                        break
-            except httpx.TransportError as exc:
-                cut = exc
-        yield run.result(cut, allow_truncated)
     finally:
         if client is None:
             await http.aclose()

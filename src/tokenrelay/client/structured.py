@@ -39,7 +39,8 @@ from tokenrelay._errors import StreamTruncated, TruncatedJSONError
 from tokenrelay._extras import MissingExtraError
 from tokenrelay._json_events import JSONEvent, JSONValue
 from tokenrelay._partial_json import PartialJSON
-from tokenrelay.client.stream import DEFAULT_TIMEOUT, ChatDelta, ChatResult, astream_chat, stream_chat
+from tokenrelay.client.chat import ChatDelta, ChatResult, astream_chat, stream_chat
+from tokenrelay.client.stream import DEFAULT_TIMEOUT
 from tokenrelay.wire._sse import DEFAULT_MAX_EVENT_BYTES
 
 if TYPE_CHECKING:

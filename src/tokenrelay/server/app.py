@@ -36,7 +36,7 @@ from tokenrelay.engines.base import Engine
 from .admission import Admission
 from .diagnostics import add_diagnostics_routes
 from .docs import add_docs_routes
-from .generation import ENDPOINTS, Endpoint, Run, error_bytes, shutting_down
+from .generation import ENDPOINTS, ERROR_BODIES, Endpoint, Run, error_bytes, shutting_down
 from .intake import OPEN_PATHS, ClientGone, Intake, check_key, needs_key, read_body
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .openapi import describe
@@ -181,18 +181,23 @@ def _tune_collector() -> tuple[int, ...]:
 
 
 def _error_response(
-    exc: TokenRelayError, headers: Mapping[str, str] | None = None, endpoint: Endpoint | None = None
+    exc: TokenRelayError,
+    headers: Mapping[str, str] | None = None,
+    endpoint: Endpoint | None = None,
+    error_body: Callable[[TokenRelayError], tuple[int, bytes]] | None = None,
 ) -> Response:
-    """An error in the shape of ``endpoint``'s dialect (OpenAI's for every other route)."""
+    """An error in the shape of ``endpoint``'s dialect, or ``error_body``'s (OpenAI's for every other route)."""
     extra = dict(headers or {})
     if isinstance(exc, RateLimitError):
         extra["Retry-After"] = str(max(1, round(exc.retry_after)))
     if isinstance(exc, RequestTimeoutError):
         extra["Connection"] = "close"  # the rest of a late body must not be read as the next request
-    if endpoint is None:
+    if endpoint is not None:
+        error_body = endpoint.error_body
+    if error_body is None:
         status, body = exc.status_code, error_bytes(exc)
     else:
-        status, body = endpoint.error_body(exc)
+        status, body = error_body(exc)
     return Response(body, status, extra, media_type="application/json")
 
 
@@ -218,7 +223,8 @@ class _RelayApp(FastAPI):
             try:
                 check_key(scope["headers"], self.api_key)
             except TokenRelayError as exc:
-                await _error_response(exc, endpoint=endpoint)(scope, receive, send)
+                shape = ERROR_BODIES.get(scope["path"])
+                await _error_response(exc, error_body=shape)(scope, receive, send)
                 return
         if endpoint is None:
             await super().__call__(scope, receive, send)
@@ -331,6 +337,24 @@ def create_app(engine: Engine, config: ServerConfig | None = None, *, seat: Seat
             response_model=None,
         )
     app.generate = generate
+
+    @app.post("/v1/messages/count_tokens", name="messages_count_tokens", response_model=None)
+    async def count_tokens(request: Request) -> Response:
+        """Anthropic's token count: the request's prompt (system, tools, messages) rendered and tokenized
+        exactly as a generation of it would be; equal to that generation's `usage.input_tokens`."""
+        try:
+            body = await read_body(
+                request.receive,
+                request.scope["headers"],
+                limit=config.max_body_bytes,
+                timeout=config.body_timeout,
+            )
+            count = await server.intake.count_tokens(body)
+        except TokenRelayError as exc:
+            return _error_response(exc, error_body=ERROR_BODIES[request.url.path])
+        except ClientGone:
+            return Response(status_code=400)
+        return JSONResponse({"input_tokens": count})
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

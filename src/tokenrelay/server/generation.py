@@ -28,6 +28,7 @@ from tokenrelay._stream import Finished, TextDelta, Usage
 from tokenrelay._tool_call_events import FORMATS, ToolCallFormat, format_for_template
 from tokenrelay.engines.base import ThinkingBudget, stream_events
 from tokenrelay.wire._chat_writer import ChatReplyWriter, CompletionReplyWriter, openai_error_body
+from tokenrelay.wire._messages import MessagesReplyWriter, anthropic_error_body
 
 from .responses import EventStreamResponse, JSONGenerationResponse, Outcome
 from .responses_request import responses_writer
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENDPOINTS",
+    "ERROR_BODIES",
     "WRITERS",
     "Endpoint",
     "Run",
@@ -66,6 +68,7 @@ class Endpoint:
     id_prefix: str  # of the reply's id
     #: An error before the stream starts, in the dialect's shape: its status and body.
     error_body: Callable[[TokenRelayError], tuple[int, bytes]] = openai_error_body
+    call_prefix: str = "call_"  # of the ids made for the reply's tool calls
 
 
 #: The generation endpoints, by path.
@@ -93,7 +96,22 @@ ENDPOINTS: Mapping[str, Endpoint] = {
             "OpenAI Responses API; `stream: true` answers with its typed server-sent events.",
             "resp_",
         ),
+        Endpoint(
+            "/v1/messages",
+            "messages",
+            "messages",
+            "Anthropic Messages API; `stream: true` answers with server-sent events (`event:` named).",
+            "msg_",
+            anthropic_error_body,
+            "toolu_",
+        ),
     )
+}
+
+#: Paths of a dialect that are not generations, with the shape of their errors (``app.py``'s key check).
+ERROR_BODIES: Mapping[str, Callable[[TokenRelayError], tuple[int, bytes]]] = {
+    "/v1/messages/count_tokens": anthropic_error_body,
+    **{path: e.error_body for path, e in ENDPOINTS.items()},
 }
 
 
@@ -120,8 +138,8 @@ def call_format(engine: Engine) -> ToolCallFormat:
     return FORMATS["hermes"]
 
 
-def _call_id() -> str:
-    return "call_" + os.urandom(12).hex()
+def _call_id(prefix: str) -> Callable[[], str]:
+    return lambda: prefix + os.urandom(12).hex()
 
 
 def _chat_writer(run: Run) -> ReplyWriter:
@@ -137,11 +155,16 @@ def _chat_writer(run: Run) -> ReplyWriter:
     )
 
 
+def _messages_writer(run: Run) -> ReplyWriter:
+    return MessagesReplyWriter(id=run.id, model=run.gen.model, input_tokens=len(run.prompt_ids))
+
+
 #: Each endpoint kind's writer of a reply (``_reply.ReplyWriter``): the one thing that differs by dialect.
 WRITERS: Mapping[str, Callable[[Run], ReplyWriter]] = {
     "chat": _chat_writer,
     "completion": _chat_writer,
     "responses": responses_writer,
+    "messages": _messages_writer,
 }
 
 
@@ -247,7 +270,7 @@ class Run:
             tools=calls,
             parallel=True if tools is None else tools.parallel,
             reasoning=reasoning,
-            new_call_id=_call_id,
+            new_call_id=_call_id(ENDPOINTS[self.endpoint].call_prefix),
         )
 
     def _reply_start(self, fmt: ReasoningFormat) -> ReplyStart:

@@ -36,6 +36,7 @@ from tokenrelay._errors import (
 )
 from tokenrelay.engines.base import Engine
 
+from .messages_request import parse_count_tokens, parse_messages
 from .requests import Generation, parse_generation
 from .responses_request import parse_responses
 
@@ -61,12 +62,17 @@ def needs_key(path: str) -> bool:
 
 
 def check_key(headers: Sequence[tuple[bytes, bytes]], key: str) -> None:
-    """Raise ``AuthenticationError`` unless ``headers`` carry ``Authorization: Bearer <key>``."""
+    """Raise ``AuthenticationError`` unless ``headers`` carry ``Authorization: Bearer <key>`` or, as the
+    Anthropic SDKs send it, ``x-api-key: <key>``."""
     given = next((value for name, value in headers if name == b"authorization"), b"")
     scheme, _, token = given.partition(b" ")
-    if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), key.encode()):
+    if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), key.encode()):
+        return
+    anthropic = next((value for name, value in headers if name == b"x-api-key"), None)
+    if anthropic is None or not hmac.compare_digest(anthropic.strip(), key.encode()):
         raise AuthenticationError(
-            "invalid or missing API key (send 'Authorization: Bearer KEY')", code="invalid_api_key"
+            "invalid or missing API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')",
+            code="invalid_api_key",
         )
 
 
@@ -143,6 +149,7 @@ PARSERS: dict[str, Parser] = {
     "chat": parse_generation,
     "completion": parse_generation,
     "responses": parse_responses,
+    "messages": parse_messages,
 }
 
 #: The field a prompt that does not fit the context is blamed on, by endpoint kind ("messages" otherwise).
@@ -229,6 +236,23 @@ class Intake:
                 code="context_length_exceeded",
             )
         return Prepared(gen, prompt_ids)
+
+    async def count_tokens(self, body: bytes) -> int:
+        """``/v1/messages/count_tokens``: the tokens the prompt of a Messages request with this body would
+        have, rendered and tokenized exactly as its generation's (``_prepare``)."""
+        if len(body) <= INLINE_BODY_BYTES:
+            return self._count(body)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self._count, body)
+
+    def _count(self, body: bytes) -> int:
+        model, prompt = parse_count_tokens(body, max_prompt_chars=self.max_prompt_chars)
+        if model not in self.models:
+            raise NotFoundError(
+                f"model '{model}' does not exist; this server serves {', '.join(self.models)}",
+                param="model",
+                code="model_not_found",
+            )
+        return len(self.engine.prompt_ids(prompt))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

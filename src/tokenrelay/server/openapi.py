@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .generation import ENDPOINTS
+from .messages_openapi import messages_operations, messages_schemas
 from .requests import MAX_STOPS, ROLES
 from .response_format import openapi_schemas
 from .responses_request import openapi_schemas as responses_schemas
@@ -245,12 +246,21 @@ def describe(
 ) -> JSON:
     """Complete FastAPI's ``spec`` (paths and operation ids) with the schemas, responses and security."""
     components = spec.setdefault("components", {})
-    components.setdefault("schemas", {}).update(_schemas(models, max_tokens_limit, max_prompt_chars))
+    schemas = components.setdefault("schemas", {})
+    schemas.update(_schemas(models, max_tokens_limit, max_prompt_chars))
+    schemas.update(
+        messages_schemas(
+            _ref, models=models, max_tokens_limit=max_tokens_limit, max_prompt_chars=max_prompt_chars
+        )
+    )
     paths: dict[str, JSON] = spec.get("paths", {})
     for path, endpoint in ENDPOINTS.items():
-        if path in paths:
+        if path in paths and endpoint.kind != "messages":  # the Messages API describes its own operations
             request = REQUESTS.get(endpoint.kind, "CompletionRequest")
             paths[path]["post"].update(_generation(request, RESPONSES.get(endpoint.kind, "Completion")))
+    for path, operation in messages_operations(_ref).items():
+        if path in paths:
+            paths[path]["post"].update(operation)
     if "/metrics" in paths:
         paths["/metrics"]["get"]["responses"]["200"] = {
             "description": "Prometheus text exposition format",

@@ -20,6 +20,7 @@ from tokenrelay._errors import (
     RateLimitError,
     RequestTimeoutError,
     TokenRelayError,
+    UnavailableError,
 )
 from tokenrelay._stream import Usage
 
@@ -41,16 +42,22 @@ _BY_STATUS: dict[int, type[TokenRelayError]] = {
     408: RequestTimeoutError,
     413: PayloadTooLargeError,
     429: RateLimitError,
+    529: UnavailableError,  # Anthropic's "overloaded"
 }
 _BY_TYPE: dict[str, type[TokenRelayError]] = {
-    cls.error_type: cls for cls in (InvalidRequestError, AuthenticationError, NotFoundError, RateLimitError)
+    **{
+        cls.error_type: cls
+        for cls in (InvalidRequestError, AuthenticationError, NotFoundError, RateLimitError)
+    },
+    "overloaded_error": UnavailableError,  # the Messages API's (an in-stream error has no status of its own)
 }
 
 
 def error_from_body(status_code: int, body: bytes, *, reason: str = "") -> TokenRelayError:
     """The error an error response (or an in-stream error, ``status_code=200``) stands for.
 
-    An OpenAI-shaped body gives the message, ``type``, ``param`` and ``code``; any other body is quoted (at
+    An OpenAI-shaped body gives the message, ``type``, ``param`` and ``code`` (an Anthropic-shaped one, the
+    same ``error`` object without the last two, its message and type); any other body is quoted (at
     most 500 characters) so the caller sees what the server said. The class follows the HTTP status, else
     the error type; the instance keeps the real status.
     """
@@ -198,8 +205,8 @@ class ChatStreamDecoder:
     Tool calls (:func:`choice_tool_calls`) gather in :attr:`tool_calls`, one per index in the order they
     started: a call's first delta must name its function (a fragment for an index never named is a
     :class:`ProtocolError`); later ones add ``arguments`` fragments (an ``id`` or ``name`` repeated on them is
-    ignored). :attr:`tool_deltas` are those of the last event fed, and :attr:`reasoning` its reasoning text
-    (:func:`choice_reasoning`).
+    ignored). :attr:`tool_deltas` are those of the last event fed; :attr:`reasoning` is the reasoning so far,
+    joined (:func:`choice_reasoning`), as the other dialects' decoders keep it.
     """
 
     __slots__ = (
@@ -223,7 +230,7 @@ class ChatStreamDecoder:
         self.not_chunks = 0
         self._calls: dict[int, StreamedToolCall] = {}
         self.tool_deltas: list[ToolCallDelta] = []
-        self.reasoning = ""  # the reasoning text of the last event fed (choice_reasoning)
+        self.reasoning = ""  # the reasoning text so far, joined (choice_reasoning)
 
     @property
     def finished(self) -> bool:
@@ -271,7 +278,9 @@ class ChatStreamDecoder:
             self.not_chunks += 1
             return ""
         self.tool_deltas = choice_tool_calls(chunk)
-        self.reasoning = choice_reasoning(chunk)
+        thought = choice_reasoning(chunk)
+        if thought:
+            self.reasoning += thought
         if self.tool_deltas:
             self._add_tool_deltas(self.tool_deltas)
         text, reason = content
