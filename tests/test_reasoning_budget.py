@@ -123,3 +123,16 @@ async def test_thinking_turned_off_by_the_request_gives_no_reasoning(client: htt
         assert message.get("reasoning_content", "") in ("", "\n") and message["content"]
     bad = await client.post("/v1/chat/completions", json=body(reasoning_effort="lots"))
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "reasoning_effort"
+
+
+async def test_the_messages_api_turns_thinking_off_the_same_way(client: httpx.AsyncClient) -> None:
+    request = {
+        "model": "SmolLM2-135M-Instruct",
+        "max_tokens": 40,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "Tell me about the Moon in three sentences."}],
+    }
+    on = (await client.post("/v1/messages", json=request)).json()
+    off = (await client.post("/v1/messages", json={**request, "thinking": {"type": "disabled"}})).json()
+    assert [b["type"] for b in on["content"]][:2] == ["thinking", "text"]  # cut at max_tokens or answered
+    assert [b["type"] for b in off["content"]] == ["text"] and off["content"][0]["text"]

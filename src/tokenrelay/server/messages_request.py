@@ -1,14 +1,12 @@
 """Request bodies of the Anthropic Messages API (``POST /v1/messages`` and ``/v1/messages/count_tokens``):
 bytes in, a validated ``Generation`` out, in the same terms as a chat request's (``requests.py``).
 
-A conversation becomes the chat endpoint's turns, so one chat template and one tool machinery serve both
-dialects: ``system`` (a string or text blocks) is the system turn; a user message's ``text`` blocks are a user
+A conversation becomes the chat endpoint's turns (``messages_turns.py``), so one chat template and one tool
+machinery serve both dialects: ``system`` (a string or text blocks) is the system turn; a user message's ``text`` blocks are a user
 turn and each ``tool_result`` block a ``tool`` turn answering its ``tool_use_id`` (its content a string or text
 blocks; with ``is_error`` the text is prefixed ``"Error: "``); an assistant message's ``text`` blocks are its
 content and its ``tool_use`` blocks its calls (``input`` as the arguments). ``thinking`` and
 ``redacted_thinking`` blocks of earlier assistant turns are dropped, as Anthropic drops them from the context.
-A ``system`` message inside ``messages`` (a beta Claude Code uses, ``mid-conversation-system``) is a system
-turn where it stands.
 A ``system`` message inside ``messages`` (a beta Claude Code uses, ``mid-conversation-system``) is a system
 turn where it stands.
 ``tools`` (``name``, ``description``, ``input_schema``) and ``tool_choice`` (``auto``, ``any``, ``tool`` with
@@ -29,46 +27,30 @@ and otherwise left to the reasoning parser (a model that thinks streams ``thinki
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from tokenrelay._errors import InvalidRequestError
 from tokenrelay._tools import ToolRequest, chat_with_tools
 from tokenrelay.engines.base import ChatMessage, SamplingParams
 
+from .bodies import STRICT as _STRICT
+from .bodies import Integer
 from .bodies import check_text as _check_text
 from .bodies import validate as _validate
+from .messages_turns import MessageParam
+from .messages_turns import turns as _turns
 from .requests import Generation, _stops
 from .tools import FunctionBody, NamedFunction, NamedToolChoice, ToolBody, grammar_for, tool_request
 
 __all__ = ["CountTokensBody", "MessagesBody", "parse_count_tokens", "parse_messages"]
 
-_STRICT = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
-
-#: Block types a request may hold that this server cannot take: named in the 400.
-UNSUPPORTED_BLOCKS = ("image", "document", "search_result", "container_upload")
 #: Top-level fields that would change the reply: refused when set.
 _UNSUPPORTED = ("mcp_servers", "container")
 MIN_THINKING_BUDGET = 1024  # Anthropic's own minimum
-
-
-def _integral(value: object) -> object:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-Integer = Annotated[int, BeforeValidator(_integral)]
-
-
-class MessageParam(BaseModel):
-    model_config = _STRICT
-    role: str
-    content: str | list[dict[str, Any]]
 
 
 class ToolParam(BaseModel):
@@ -118,151 +100,6 @@ class MessagesExtra:
     ``Generation``; kept so the parser and writer can grow without touching the shared types."""
 
     thinking: bool = False
-
-
-def _text_of(blocks: str | list[dict[str, Any]], where: str, *, allow: tuple[str, ...] = ()) -> str:
-    """The text of a string or of text blocks (``allow``: other types skipped without a word)."""
-    if isinstance(blocks, str):
-        _check_text(blocks, where)
-        return blocks
-    texts: list[str] = []
-    for j, block in enumerate(blocks):
-        kind = block.get("type")
-        here = f"{where}.{j}"
-        if kind == "text":
-            text = block.get("text")
-            if not isinstance(text, str):
-                raise InvalidRequestError(
-                    f"{here}.text: a text block needs a string text", param=f"{here}.text"
-                )
-            _check_text(text, f"{here}.text")
-            texts.append(text)
-        elif kind in allow:
-            continue
-        else:
-            raise _bad_block(kind, here, "text")
-    return "".join(texts)
-
-
-def _bad_block(kind: object, where: str, expected: str) -> InvalidRequestError:
-    if kind in UNSUPPORTED_BLOCKS:
-        return InvalidRequestError(
-            f"{where}: content of type {kind!r} is not supported by this server (text only)",
-            param=f"{where}.type",
-            code="unsupported_content",
-        )
-    return InvalidRequestError(
-        f"{where}.type: {str(kind)[:80]!r} is not a block type this server takes here ({expected})",
-        param=f"{where}.type",
-    )
-
-
-def _turns(
-    system: str | list[dict[str, Any]] | None, messages: list[MessageParam]
-) -> tuple[list[dict[str, Any]], bool]:
-    """OpenAI-shaped turns (``tool_calls`` parsed, ``tool`` turns) and whether any call or result is in them."""
-    if not messages:
-        raise InvalidRequestError("messages: at least one message is required", param="messages")
-    turns: list[dict[str, Any]] = []
-    if system is not None:
-        text = _text_of(system, "system")
-        if text:
-            turns.append({"role": "system", "content": text})
-    calls: set[str] = set()
-    with_tools = False
-    for i, m in enumerate(messages):
-        where = f"messages.{i}.content"
-        if m.role not in ("user", "assistant", "system"):
-            raise InvalidRequestError(
-                f"messages.{i}.role: {m.role[:40]!r} must be 'user', 'assistant' or 'system'",
-                param=f"messages.{i}.role",
-            )
-        if m.role == "system":  # a system message inside the conversation (Claude Code sends them)
-            turns.append({"role": "system", "content": _text_of(m.content, where)})
-            continue
-        if isinstance(m.content, str):
-            _check_text(m.content, where)
-            turns.append({"role": m.role, "content": m.content})
-            continue
-        if m.role == "assistant":
-            texts: list[str] = []
-            made: list[dict[str, Any]] = []
-            for j, block in enumerate(m.content):
-                kind, here = block.get("type"), f"{where}.{j}"
-                if kind == "text":
-                    texts.append(_text_of([block], where))
-                elif kind == "tool_use":
-                    made.append(_tool_use(block, here, calls))
-                elif kind in ("thinking", "redacted_thinking"):
-                    continue  # earlier turns' thinking is not part of the context (Anthropic drops it too)
-                else:
-                    raise _bad_block(kind, here, "text, tool_use, thinking")
-            turn: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-            if made:
-                turn["content"] = turn["content"] or None
-                turn["tool_calls"] = made
-                with_tools = True
-            turns.append(turn)
-            continue
-        pending: list[str] = []  # the user's text blocks since the last tool result
-        for j, block in enumerate(m.content):
-            kind, here = block.get("type"), f"{where}.{j}"
-            if kind == "text":
-                pending.append(_text_of([block], where))
-            elif kind == "tool_result":
-                if pending:
-                    turns.append({"role": "user", "content": "".join(pending)})
-                    pending = []
-                turns.append(_tool_result(block, here, calls))
-                with_tools = True
-            else:
-                raise _bad_block(kind, here, "text, tool_result")
-        if pending or not m.content:
-            turns.append({"role": "user", "content": "".join(pending)})
-    return turns, with_tools
-
-
-def _tool_use(block: dict[str, Any], here: str, calls: set[str]) -> dict[str, Any]:
-    id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
-    if not isinstance(id, str) or not id:
-        raise InvalidRequestError(f"{here}.id: a tool_use block needs its id", param=f"{here}.id")
-    if not isinstance(name, str) or not name:
-        raise InvalidRequestError(f"{here}.name: a tool_use block needs its name", param=f"{here}.name")
-    if not isinstance(arguments, dict):
-        raise InvalidRequestError(f"{here}.input must be an object", param=f"{here}.input")
-    if id in calls:
-        raise InvalidRequestError(
-            f"{here}.id: tool_use id {id[:80]!r} is given twice",
-            param=f"{here}.id",
-            code="duplicate_tool_use_id",
-        )
-    _check_text(id, f"{here}.id")
-    _check_text(name, f"{here}.name")
-    _check_text(json.dumps(arguments, ensure_ascii=False), f"{here}.input")
-    calls.add(id)
-    return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def _tool_result(block: dict[str, Any], here: str, calls: set[str]) -> dict[str, Any]:
-    id = block.get("tool_use_id")
-    if not isinstance(id, str) or id not in calls:
-        raise InvalidRequestError(
-            f"{here}.tool_use_id {str(id)[:80]!r} answers no tool_use block of an earlier assistant message",
-            param=f"{here}.tool_use_id",
-            code="unknown_tool_use",
-        )
-    content = block.get("content", "")
-    if content is None:
-        content = ""
-    if not isinstance(content, (str, list)) or (
-        isinstance(content, list) and not all(isinstance(b, dict) for b in content)
-    ):
-        raise InvalidRequestError(f"{here}.content must be a string or text blocks", param=f"{here}.content")
-    text = _text_of(content, f"{here}.content")
-    is_error = block.get("is_error", False)
-    if not isinstance(is_error, bool):
-        raise InvalidRequestError(f"{here}.is_error must be a boolean", param=f"{here}.is_error")
-    return {"role": "tool", "tool_call_id": id, "content": f"Error: {text}" if is_error else text}
 
 
 def _tools(body: CountTokensBody) -> ToolRequest | None:
@@ -342,6 +179,16 @@ def _check_thinking(thinking: ThinkingParam | None, max_tokens: int | None) -> b
                 "thinking.budget_tokens must be less than max_tokens", param="thinking.budget_tokens"
             )
     return True
+
+
+def _thinking_budget(thinking: ThinkingParam | None) -> int | None:
+    """The reply's thinking budget (issue 31: the embedded engine writes the closing tag past it): the given
+    ``budget_tokens``, none when thinking is off (``0``), else the server's default."""
+    if thinking is None:
+        return None
+    if thinking.type == "disabled":
+        return 0
+    return thinking.budget_tokens if thinking.type == "enabled" else None
 
 
 def _prompt(
@@ -428,6 +275,7 @@ def parse_messages(
         True,
         tools=tools,
         extra=MessagesExtra(thinking),
+        thinking_budget=_thinking_budget(req.thinking),
     )
 
 
