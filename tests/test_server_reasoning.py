@@ -117,3 +117,33 @@ def test_the_official_sdk_reads_reasoning_content_as_an_extra_field(sdk: openai.
             reasoning += getattr(delta, "reasoning_content", None) or ""
             content += delta.content or ""
     assert (reasoning, content) == (THINKING + "\n", ANSWER)
+
+
+async def test_asking_for_thinking_from_a_model_that_does_not_think_says_so_in_a_header() -> None:
+    app = replay_app("No thoughts, only this.", rate=None)[0]  # no reasoning format: SmolLM2's template
+    asks = [
+        ("/v1/chat/completions", chat(False, reasoning_effort="high")),
+        ("/v1/chat/completions", chat(True, chat_template_kwargs={"enable_thinking": True})),
+        ("/v1/responses", {"model": "replay", "input": "hi", "reasoning": {"effort": "low"}, "stream": True}),
+        (
+            "/v1/messages",
+            {
+                "model": "replay",
+                "max_tokens": 2048,
+                "messages": MESSAGES,
+                "thinking": {"type": "enabled", "budget_tokens": 1024},
+            },
+        ),
+    ]
+    async with asgi_client(app) as client:
+        for path, body in asks:
+            r = await client.post(path, json=body)
+            assert r.status_code == 200, r.text
+            assert r.headers["x-tokenrelay-reasoning"] == "unavailable", path
+            assert "only" in r.text  # answered all the same
+        plain = await client.post("/v1/chat/completions", json=chat(False))
+        reasoning_app = replay_app(REPLY, rate=None, reasoning_parser="qwen3")[0]
+    assert "x-tokenrelay-reasoning" not in plain.headers
+    async with asgi_client(reasoning_app) as client:
+        r = await client.post("/v1/chat/completions", json=chat(False, reasoning_effort="high"))
+    assert "x-tokenrelay-reasoning" not in r.headers

@@ -47,7 +47,11 @@ from .responses_store import DEFAULT_MAX_BYTES, DEFAULT_MAX_RESPONSES, ResponseS
 if TYPE_CHECKING:
     from .board import Seat
 
-__all__ = ["ServerConfig", "create_app"]
+__all__ = ["THINKING_UNAVAILABLE", "ServerConfig", "create_app"]
+
+#: The header of a reply to a request that asked for thinking from a server that reads no reasoning format
+#: (issue 31): the reply is answered without reasoning, and says so.
+THINKING_UNAVAILABLE = (b"x-tokenrelay-reasoning", b"unavailable")
 
 log = logging.getLogger("tokenrelay.server")
 
@@ -317,6 +321,8 @@ def create_app(engine: Engine, config: ServerConfig | None = None, *, seat: Seat
             )
         else:
             response = JSONGenerationResponse(run.body, on_done=run.done)
+        if gen.wants_thinking and server.reasoning_format is None:
+            response.raw_headers.append(THINKING_UNAVAILABLE)  # answered without: the model does not think
         run.response = response
         return response
 

@@ -276,6 +276,7 @@ def parse_messages(
         tools=tools,
         extra=MessagesExtra(thinking),
         thinking_budget=_thinking_budget(req.thinking),
+        wants_thinking=thinking,
     )
 
 

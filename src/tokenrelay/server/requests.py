@@ -141,6 +141,9 @@ class Generation:
     #: The reply's thinking budget in tokens (issue 31): ``0`` turns thinking off, ``None`` leaves it to the
     #: server's default (``--reasoning-budget``) and the model.
     thinking_budget: int | None = None
+    #: The request asked for thinking (a reasoning effort, ``enable_thinking``, Anthropic's ``thinking``): a
+    #: server that reads no reasoning format answers without and says so (``THINKING_UNAVAILABLE``).
+    wants_thinking: bool = False
 
 
 def _refuse_unsupported(data: dict[str, Any], n: int) -> None:
@@ -290,10 +293,14 @@ def parse_generation(
         grammar=grammar_for(tools, req.response_format),
     )
     thinking_budget: int | None = None
+    wants_thinking = False
     if isinstance(req, ChatCompletionBody):
         kwargs = req.chat_template_kwargs
         if req.reasoning_effort == "none" or (kwargs is not None and kwargs.enable_thinking is False):
             thinking_budget = 0
+        wants_thinking = req.reasoning_effort not in (None, "none") or (
+            kwargs is not None and kwargs.enable_thinking is True
+        )
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     step_times = bool(req.stream and req.stream_options and req.stream_options.include_step_times)
     return Generation(
@@ -308,4 +315,5 @@ def parse_generation(
         step_times,
         tools,
         thinking_budget=thinking_budget,
+        wants_thinking=wants_thinking,
     )

@@ -302,6 +302,7 @@ class JSONGenerationResponse(Response):
                 headers = [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
+                    *self.raw_headers,
                 ]
                 try:
                     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -250,6 +250,8 @@ def parse_responses(
         False,
         tools=tools if tools is not None and tools.choice != "none" else None,
         extra=request,
+        thinking_budget=0 if (req.reasoning or {}).get("effort") == "none" else None,
+        wants_thinking=(req.reasoning or {}).get("effort") not in (None, "none"),
     )
 
 
