@@ -257,6 +257,9 @@ def test_chat_errors_and_unreachable() -> None:
 def test_chunk_text_reads_only_chat_chunks() -> None:
     assert chunk_text('{"choices": [{"delta": {"content": "x"}}]}') == "x"
     assert chunk_text('{"choices": [{"delta": {"role": "assistant"}}]}') == ""
+    # a reasoning model's chunks count as streamed text too (the lanes count reasoning tokens)
+    assert chunk_text('{"choices": [{"delta": {"reasoning_content": "hm"}}]}') == "hm"
+    assert chunk_text('{"choices": [{"delta": {"reasoning": "hm"}}]}') == "hm"
     assert chunk_text('{"choices": [], "usage": {}}') == ""
     for not_a_chunk in ("nope", "[1]", '{"choices": 3}', '{"a": 1}'):
         assert chunk_text(not_a_chunk) is None

@@ -31,7 +31,7 @@ from tokenrelay.doctor._recording import CancelObservation, Exchange, TimedEvent
 from tokenrelay.doctor._report import Check, Report, Status
 from tokenrelay.doctor._timeline import Timeline
 from tokenrelay.doctor._verdict import Relay, judge_arrivals, judge_relay
-from tokenrelay.wire._chat_reader import choice_content
+from tokenrelay.wire._chat_reader import choice_content, choice_reasoning
 
 __all__ = ["chunk_text", "diagnose_chat", "diagnose_diagnostic", "unreachable"]
 
@@ -42,14 +42,15 @@ def unreachable(url: str, error: str) -> Report:
 
 
 def chunk_text(data: str) -> str | None:
-    """The text an OpenAI chat chunk adds (``""`` when it has none); None if the data is not a chat chunk at
-    all. Read as the client reads it (``wire._chat_reader.choice_content``)."""
+    """The text an OpenAI chat chunk adds (``""`` when it has none), its reasoning included (a reasoning
+    model's tokens are streamed tokens too); None if the data is not a chat chunk at all. Read as the client
+    reads it (``wire._chat_reader.choice_content`` and ``choice_reasoning``)."""
     try:
         chunk = json.loads(data)
     except ValueError:
         return None
     content = choice_content(chunk) if isinstance(chunk, dict) else None
-    return None if content is None else content[0]
+    return None if content is None else choice_reasoning(chunk) + content[0]
 
 
 def _texts(events: list[TimedEvent]) -> tuple[list[tuple[TimedEvent, str]], bool, list[int]]:
