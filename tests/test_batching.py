@@ -44,7 +44,7 @@ def test_a_prompt_is_read_in_chunks_and_samples_on_its_last_token() -> None:
         )
         for slot in sampling:
             slot.accept(42)
-    assert [len(s) for s in steps] == [5, 5, 3]
+    assert [len(s) for s in steps] == [5, 5, 2, 2]  # the last prompt token in a step of its own
     prompt_entries = [e for s in steps for e in s if e.seq == 1]
     assert [e.token for e in prompt_entries] == new.prompt
     assert [e.pos for e in prompt_entries] == list(range(10))
@@ -60,31 +60,36 @@ def generating(seq: int, prompt: list[int], sampled: list[int], limit: int = 50)
 
 def test_oldest_prompt_first_and_the_chunk_is_shared_while_others_generate() -> None:
     running = generating(2, [9], [5])
-    first, second = Slot(3, [1] * 3, limit=1), Slot(1, [2] * 3, limit=1)
+    first, second = Slot(3, [1] * 4, limit=1), Slot(1, [2] * 4, limit=1)
     entries, sampling = plan_step([running, first, second], prefill_chunk=4, n_batch=64)
     assert (first.fed, second.fed) == (3, 1)  # the older request first, the rest of the chunk to the next
     assert [e.seq for e in entries] == [1, 2, 3, 3, 3]  # by sequence id
-    assert sampling == [running, first]
+    assert sampling == [running]
 
 
 def test_with_nobody_generating_a_step_reads_whole_prompts_up_to_n_batch() -> None:
     a, b, c = Slot(0, [1] * 300, limit=5), Slot(1, [2] * 150, limit=5), Slot(2, [3] * 100, limit=5)
     entries, sampling = plan_step([a, b, c], prefill_chunk=16, n_batch=512)
-    assert (a.fed, b.fed, c.fed) == (300, 150, 62)
-    assert len(entries) == 512 and sampling == [a, b]
+    assert (a.fed, b.fed, c.fed) == (299, 149, 64)  # each last prompt token waits for a step of its own
+    assert len(entries) == 512 and sampling == []
+    entries, sampling = plan_step([a, b, c], prefill_chunk=16, n_batch=512)
+    assert (a.fed, b.fed, c.fed) == (300, 150, 99) and sampling == [a, b]
+    assert [e.pos for e in entries if e.seq < 2] == [299, 149]
     a.accept(7)
     b.accept(8)
     entries, sampling = plan_step([a, b, c], prefill_chunk=16, n_batch=512)
-    assert c.fed == 78 and len(entries) == 18  # a and b generate now: c's prompt goes 16 tokens a step
+    assert c.fed == 100 and len(entries) == 3 and sampling == [a, b, c]  # c's last token alone, a and b
 
 
 def test_entries_are_ordered_by_sequence_id_whatever_the_arrival() -> None:
     slots = [generating(seq, [seq], [100 + seq]) for seq in (5, 0, 7, 2)]
-    new = Slot(1, [40, 41], limit=3)
+    new = Slot(1, [40, 41, 42], limit=3)
     entries, sampling = plan_step([*slots, new], prefill_chunk=8, n_batch=64)
     assert [e.seq for e in entries] == [0, 1, 1, 2, 5, 7]
-    assert [s.seq for s in sampling] == [0, 1, 2, 5, 7]
-    assert [e.logits for e in entries] == [True, False, True, True, True, True]
+    assert [s.seq for s in sampling] == [0, 2, 5, 7]
+    assert [e.logits for e in entries] == [True, False, False, True, True, True]
+    entries, sampling = plan_step([*slots, new], prefill_chunk=8, n_batch=64)
+    assert [e.seq for e in entries] == [0, 1, 2, 5, 7] and entries[1] == BatchEntry(42, 2, 1, True)
 
 
 def test_a_slot_starts_after_its_cached_prefix_and_always_reads_the_last_prompt_token() -> None:
@@ -102,6 +107,8 @@ def test_cells_are_the_prompt_read_and_every_token_but_the_last_sampled() -> Non
     assert slot.cells() == []
     plan_step([slot], prefill_chunk=2, n_batch=2)
     assert slot.cells() == [1, 2]  # cut while prefilling (a cancel): what was read
+    plan_step([slot], prefill_chunk=2, n_batch=2)
+    assert slot.cells() == [1, 2, 3]
     plan_step([slot], prefill_chunk=2, n_batch=2)
     slot.accept(7)
     assert slot.cells() == [1, 2, 3, 4]  # 7 is not decoded yet
@@ -163,7 +170,8 @@ def test_every_request_is_fed_in_order_and_sampled_to_its_limit(
     while any(not slot.done for slot in pending):
         active = [slot for slot in pending if arrival[slot.seq] <= step]
         generating_before = [s for s in active if not s.prefilling and not s.done]
-        to_read = sum(len(s.prompt) - s.fed for s in active)
+        # each prompt reads up to its last token, then that token in a step of its own
+        to_read = sum(len(s.prompt) - 1 - s.fed or 1 for s in active if s.prefilling)
         entries, sampling = plan_step(active, prefill_chunk=chunk, n_batch=n_batch)
         assert len(entries) <= n_batch
         prompt_tokens = sum(1 for e in entries if e.pos < len(pending[e.seq].prompt))

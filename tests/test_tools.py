@@ -142,7 +142,7 @@ CALL_T = '<tool_call>\n{"name":"get_time","arguments":{}}\n</tool_call>'
 def test_required_allows_only_calls_valid_against_their_tools_schemas() -> None:
     grammar = tool_grammar(ToolRequest((WEATHER, TIME), "required"))
     assert grammar is not None
-    assert accepts(grammar, CALL_W) and accepts(grammar, CALL_W + "\n" + CALL_T)
+    assert accepts(grammar, CALL_W) and accepts(grammar, CALL_W + CALL_T)
     assert not accepts(grammar, "Sure. " + CALL_W)  # no text
     assert not accepts(grammar, CALL_W.replace('"city"', '"town"'))  # required property missing
     assert not accepts(grammar, CALL_W.replace("get_weather", "get_wether"))  # not a tool
@@ -151,18 +151,39 @@ def test_required_allows_only_calls_valid_against_their_tools_schemas() -> None:
     )  # compact only
 
 
+@pytest.mark.parametrize("parallel", [True, False])
+def test_the_end_of_turn_stays_reachable_after_every_call(parallel: bool) -> None:
+    """Issue 33: after ``</tool_call>`` the reply ends or the next call begins; no newline that could only
+    lead to another call."""
+    grammar = tool_grammar(ToolRequest((WEATHER, TIME), "required", parallel=parallel))
+    assert grammar is not None
+    assert accepts(grammar, CALL_W)
+    assert not accepts(grammar, CALL_W + "\n") and not accepts(grammar, CALL_W + "\nThanks")
+    assert accepts(grammar, CALL_W + CALL_T) is parallel
+    assert accepts(grammar, CALL_W + CALL_T + CALL_W) is parallel  # the grammar does not forbid a repeat
+
+
+def test_numbers_in_arguments_are_bounded_as_llama_cpp_bounds_them() -> None:
+    count = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    grammar = tool_grammar(ToolRequest((Tool("count", None, count),), "required"))
+    assert grammar is not None
+    call = '<tool_call>\n{"name":"count","arguments":{"n":%s}}\n</tool_call>'
+    assert accepts(grammar, call % (2**53 - 1)) and accepts(grammar, call % -(2**53 - 1))
+    assert not accepts(grammar, call % 2**53) and not accepts(grammar, call % ("1" + "0" * 16))
+
+
 def test_a_named_tool_or_one_call_only() -> None:
     named = tool_grammar(ToolRequest((WEATHER, TIME), "function", "get_time"))
     assert named is not None and accepts(named, CALL_T) and not accepts(named, CALL_W)
     single = tool_grammar(ToolRequest((WEATHER, TIME), "required", parallel=False))
-    assert single is not None and accepts(single, CALL_W) and not accepts(single, CALL_W + "\n" + CALL_T)
+    assert single is not None and accepts(single, CALL_W) and not accepts(single, CALL_W + CALL_T)
 
 
 def test_auto_allows_prose_or_text_then_calls_but_nothing_malformed_after_the_marker() -> None:
     grammar = tool_grammar(ToolRequest((WEATHER, TIME)))
     assert grammar is not None
     assert accepts(grammar, "Just prose, no call.") and accepts(grammar, CALL_W)
-    assert accepts(grammar, "Let me check. " + CALL_W + "\n" + CALL_T)
+    assert accepts(grammar, "Let me check. " + CALL_W + CALL_T)
     assert not accepts(grammar, "Let me check. <tool_call> whatever")
     assert tool_grammar(ToolRequest((WEATHER,), "none")) is None
 

@@ -41,6 +41,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from tokenrelay._json_grammar import bounded, layout_options
+
 __all__ = [
     "MAX_CALLS",
     "ChatWithTools",
@@ -249,7 +251,7 @@ MAX_CALLS = 16
 def _call_schema(tool: Tool) -> dict[str, object]:
     """One call's JSON: ``{"name": NAME, "arguments": {...}}``, its name first so that it streams first."""
     parameters: dict[str, object] = (
-        dict(tool.parameters) if tool.parameters is not None else {"type": "object"}
+        bounded(tool.parameters) if tool.parameters is not None else {"type": "object"}
     )
     parameters.pop("x-guidance", None)  # the engine's options, not the client's
     return {
@@ -263,16 +265,21 @@ def _call_schema(tool: Tool) -> dict[str, object]:
 def tool_grammar(tools: ToolRequest) -> str | None:
     """The generic format's calls as a grammar (the module docstring); ``None`` when no call may be made.
 
-    Each call's JSON is compact (``whitespace_flexible`` off, as for ``response_format``). A tool's schema
+    Each call's JSON has the layout ``response_format``'s has (``_json_grammar.LAYOUT``) and its numbers
+    llama.cpp's bounds (``_json_grammar.bounded``). A tool's schema
     keywords the engine cannot enforce are ignored unless the tool is ``strict`` (``lenient``): the request
     then fails to compile, a 400, as a ``response_format`` schema does."""
     offered = tools.callable
     if not offered:
         return None
-    options = {"whitespace_flexible": False, "lenient": not any(t.strict for t in offered)}
+    options = {**layout_options(), "lenient": not any(t.strict for t in offered)}
     schema = {"anyOf": [_call_schema(t) for t in offered], "x-guidance": options}
     body = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-    more = f'("\\n<tool_call>\\n" body "\\n</tool_call>"){{0,{MAX_CALLS - 1}}}' if tools.parallel else ""
+    # After every </tool_call> the reply may end, or another call follows at once; nothing else. SmolLM2-135M
+    # puts 0.83 on a newline there and 0.14 on its end of turn; after that newline it wants prose, and a
+    # newline that may only lead to another call (the Hermes separator) made it repeat its call to max_tokens.
+    # Without it the end of turn is the likeliest allowed token (issue 33: benchmarks/constrained_finish.py).
+    more = f'("<tool_call>\\n" body "\\n</tool_call>"){{0,{MAX_CALLS - 1}}}' if tools.parallel else ""
     calls = f'"\\n" body "\\n</tool_call>" {more}'.rstrip()
     if tools.must_call:
         rules = [f'start: "<tool_call>" {calls}']

@@ -10,6 +10,10 @@ and vLLM do). Each running request owns one KV-cache sequence (a :class:`Slot`).
   While slots are generating, at most ``prefill_chunk`` prompt tokens go into a step, so a running stream's gap
   is bounded by one chunk's compute (issue 23); a long prompt is then read over several steps. The step that
   feeds a slot's last prompt token asks for its logits, so its first reply token is sampled right there.
+  That last token is always read in a step of its own (the rest of the prompt before it): its logits then
+  come from the same computation whether the rest was read just now or found in the prefix cache, so a
+  request repeated at temperature 0 gets the same reply (issue 33: read in a 190-token step and alone, the
+  last token's logits differed by up to 0.66, enough to turn a constrained "Zürich" into "CiYi").
 
 The entries of a step are ordered by sequence id. With one KV stream per sequence, llama.cpp cuts a batch into
 ubatches of sequences whose ids follow each other in batch order (``llama_batch_allocr::split_equal``), one
@@ -150,7 +154,7 @@ def plan_step(
     for slot in waiting:
         if budget <= 0:
             break
-        take = min(budget, len(slot.prompt) - slot.fed)
+        take = min(budget, _readable(slot))
         chunks[id(slot)] = (slot.fed, slot.fed + take)
         slot.fed += take
         budget -= take
@@ -174,6 +178,15 @@ def plan_step(
 
 def _seq_of(slot: Slot) -> int:
     return slot.seq
+
+
+def _readable(slot: Slot) -> int:
+    """The prompt tokens ``slot`` may read in one step: up to, not including, its last one; then the last one
+    alone. A token's logits depend on how many tokens its step computes with it (llama.cpp's matrix kernels
+    differ by batch size: up to 0.66 apart here), and a prompt found whole in the prefix cache reads only its
+    last token; read alone every time, it gives the same first reply token cached or not (issue 33)."""
+    last = len(slot.prompt) - 1
+    return last - slot.fed if slot.fed < last else 1
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

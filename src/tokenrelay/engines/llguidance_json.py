@@ -19,9 +19,17 @@ The mask is applied to the sequence's own row of logits (``llama_get_logits_ith`
 sampled token is then consumed by the sequence's matcher. Each sequence has its own matcher: constrained and
 unconstrained requests share every decode step, and a request without a constraint runs exactly the code it
 ran before (no mask, no copy). The end of sequence is allowed only where the JSON is complete; once it is
-complete nothing else is (the grammar has no trailing whitespace), so the reply ends there, with ``"stop"``.
-Whitespace between tokens is off (``whitespace_flexible: false``: ``{"a":1,"b":[2]}``), so a small model cannot
-pad a reply with blank lines until ``max_tokens``; a reply cut by ``max_tokens`` stays cut ("length").
+complete nothing else is (the grammar has no trailing whitespace), so the reply ends there, with ``"stop"``;
+a reply cut by ``max_tokens`` stays cut ("length").
+
+Numbers are bounded as llama.cpp's JSON grammar bounds them (issue 33: an unbounded digit loop wrote a
+population of 1,000 zeros): a schema's unbounded ``integer`` gets ``±(2^53 - 1)`` and ``number`` ``±10^16``
+(``_json_grammar.bound_numbers``, an exact range in llguidance), and the mask caps every run of digits outside
+a string at 16 (``_json_grammar.DigitRuns``: a fraction, an exponent, the numbers of a ``json_object``, which
+no schema keyword bounds), unless the grammar allows nothing else.
+
+The layout (whitespace between the JSON's tokens) is ``_json_grammar.LAYOUT``; see there for what each allows
+and why this one was kept (measured by ``benchmarks/constrained_finish.py``).
 
 Where the mask runs: in the worker thread, after each ``llama_decode``, one constrained sequence after the
 other (compute the bitmask, restrict the row, sample, consume). ``benchmarks/structured.py --profile`` times it
@@ -43,6 +51,7 @@ from collections import OrderedDict
 from typing import Any
 
 from tokenrelay._errors import EngineError, InvalidRequestError
+from tokenrelay._json_grammar import DigitRuns, bound_numbers, layout_options
 from tokenrelay.engines.base import JSONConstraint
 
 __all__ = ["JSONGrammars", "JSONMask"]
@@ -51,23 +60,41 @@ __all__ = ["JSONGrammars", "JSONMask"]
 # and a cached grammar keeps its own).
 _MAX_LEXER_STATES = 25_000
 _CACHE = 32  # compiled grammars kept (per engine)
-_OPTIONS = {
-    "whitespace_flexible": False,  # compact JSON: no runaway whitespace from a small model
+_STRICT = {
     "lenient": False,  # an unimplemented keyword is an error, never ignored (a schema's x-guidance cannot
     "coerce_one_of": False,  # turn these on: overrides win)
 }
+_TOOL_CALL = b"<tool_call>"  # where a tool-call grammar's JSON begins (the prose before it is not JSON)
+
+
+class _Digits:
+    """What the digit cap needs to know of a vocabulary: each token's bytes, and how many digits it starts
+    with (``lead``), so the tokens that would make a run of digits too long are found in one numpy compare."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        import numpy as np
+
+        self.pieces = pieces
+        self.lead = np.array([len(p) - len(p.lstrip(b"0123456789")) for p in pieces], dtype=np.int16)
+        self.longest = int(self.lead.max()) if pieces else 0
 
 
 class JSONMask:
-    """One sequence's constraint: masks its row of logits before sampling, consumes each sampled token."""
+    """One sequence's constraint: masks its row of logits before sampling, consumes each sampled token.
 
-    __slots__ = ("_bits", "_matcher", "_n_vocab", "_words")
+    Besides the grammar's mask, a run of digits outside a string is capped at ``MAX_DIGITS`` (16, as
+    llama.cpp's JSON grammar caps an integral part, a fraction and an exponent): a token that would make it
+    longer is masked too, unless the grammar allows nothing else (a schema whose ``minimum`` has 17 digits)."""
 
-    def __init__(self, matcher: Any, n_vocab: int) -> None:
+    __slots__ = ("_bits", "_digits", "_matcher", "_n_vocab", "_runs", "_words")
+
+    def __init__(self, matcher: Any, n_vocab: int, digits: _Digits, runs: DigitRuns) -> None:
         import numpy as np
 
         self._matcher = matcher
         self._n_vocab = n_vocab
+        self._digits = digits
+        self._runs = runs
         self._words = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
         self._bits = self._words.view(np.uint8)
 
@@ -88,13 +115,20 @@ class JSONMask:
         import llama_cpp as lc
         import numpy as np
 
-        allowed = np.unpackbits(self._bits, count=self._n_vocab, bitorder="little")
+        allowed = np.unpackbits(self._bits, count=self._n_vocab, bitorder="little").view(bool)
+        room = self._runs.room
+        if room is not None and room < self._digits.longest:
+            capped = allowed & (self._digits.lead <= room)
+            if capped.any():
+                allowed = capped
         logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, row), shape=(self._n_vocab,))
-        logits[allowed == 0] = -np.inf
+        logits[~allowed] = -np.inf
 
     def accept(self, token: int) -> None:
         if not self._matcher.consume_token(token):
             raise EngineError(f"the JSON constraint refused token {token}: {self._matcher.get_error()}")
+        if 0 <= token < len(self._digits.pieces):
+            self._runs.feed(self._digits.pieces[token])
 
 
 class JSONGrammars:
@@ -106,6 +140,7 @@ class JSONGrammars:
         self._vocab = vocab
         self._n_vocab = n_vocab
         self._tokenizer: Any = None
+        self._digits: _Digits | None = None
         self._lock = threading.Lock()
         # Keyed by the constraint, or by a grammar's text (``SamplingParams.grammar``: tool calls, issue 21).
         self._cache: OrderedDict[JSONConstraint | str, Any] = OrderedDict()
@@ -122,7 +157,17 @@ class JSONGrammars:
 
     def mask(self, constraint: JSONConstraint | str) -> JSONMask:
         """A fresh mask for one sequence (compiles on a cache miss: call it off the decode thread)."""
-        return JSONMask(self._template(constraint).deep_copy(), self._n_vocab)
+        matcher = self._template(constraint).deep_copy()
+        runs = DigitRuns(_TOOL_CALL if isinstance(constraint, str) else b"")
+        return JSONMask(matcher, self._n_vocab, self._digit_table(), runs)
+
+    def _digit_table(self) -> _Digits:
+        with self._lock:
+            if self._digits is None:
+                tokenizer = self._tokenizer  # built by the first compile (_template), before any mask
+                pieces = [tokenizer.decode_bytes([t]) for t in range(self._n_vocab)]
+                self._digits = _Digits(pieces)
+            return self._digits
 
     def _template(self, constraint: JSONConstraint | str) -> Any:
         with self._lock:
@@ -165,10 +210,11 @@ class JSONGrammars:
             if constraint.schema is None:  # json_object: any JSON object
                 schema, param = '{"type":"object"}', "response_format"
             else:
-                schema = _without_guidance_options(constraint.schema)
+                schema = bound_numbers(_without_guidance_options(constraint.schema))
                 param = "response_format.json_schema.schema"
+            options = {**layout_options(), **_STRICT}
             try:
-                grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=_OPTIONS)  # type: ignore[arg-type]
+                grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=options)  # type: ignore[arg-type]
             except ValueError as exc:
                 raise InvalidRequestError(f"{param}: {exc}", param=param) from exc
         # The matcher is built here, not just validated: its construction compiles the lexer (bounded by the

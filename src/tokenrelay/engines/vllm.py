@@ -19,9 +19,15 @@ Cancellation: closing the generator (the client left) aborts the vLLM request at
 Structured output (issue 20): ``params.constraint`` becomes vLLM's ``StructuredOutputsParams`` (``json`` for a
 schema, ``json_object`` for any object). Unless ``structured_outputs_config`` is passed, ``load`` picks vLLM's
 ``guidance`` backend (llguidance, the embedded engine's mechanism: the same subset of JSON Schema) with
-``disable_any_whitespace`` (compact JSON, as the embedded engine writes it, so a small model cannot pad a reply
-with whitespace; vLLM allows that flag only with a named backend, not "auto"). ``check_constraint`` runs vLLM's
-own request validation at the server's intake, so a schema vLLM refuses is a 400 before the stream.
+``disable_any_whitespace`` (vLLM allows that flag only with a named backend, not "auto"). Its guidance backend
+calls llguidance with ``whitespace_flexible`` as a default that a schema's own ``x-guidance`` options
+override, and nothing else: it bounds no number beyond a schema's ``minimum``/``maximum``. So each schema
+(``json_object``'s too, as ``{"type": "object"}``) goes with the embedded engine's layout as ``x-guidance``
+(``_json_grammar.layout_options``) and its numbers bounded (``_json_grammar.bound_numbers``: integers within
+±(2^53 - 1), numbers within ±10^16; a fraction's length cannot be bounded by a schema, and vLLM has no hook
+for the embedded engine's digit cap). Another backend, passed as ``structured_outputs_config``, gets the
+bounded schema without ``x-guidance``. ``check_constraint`` runs vLLM's own request validation at the
+server's intake, so a schema vLLM refuses is a 400 before the stream.
 
 Tool calls (issue 21): ``params.grammar`` (llguidance's Lark) becomes ``StructuredOutputsParams(grammar=...)``.
 
@@ -32,6 +38,7 @@ Tool calls (issue 21): ``params.grammar`` (llguidance's Lark) becomes ``Structur
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -42,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
+from tokenrelay._json_grammar import bound_numbers, layout_options
 from tokenrelay._protocols import Tokenizer
 from tokenrelay.engines.base import EngineFinished, JSONConstraint, Prompt, SamplingParams, Step
 from tokenrelay.engines.vllm_memory import settle_memory
@@ -119,6 +127,8 @@ class VLLMEngine:
         self._delta = RequestOutputKind.DELTA
         self.aborted = 0
         """Requests aborted because their consumer left (tests read it)."""
+        self.guidance_layout = False
+        """Whether schemas carry the layout as llguidance options (``load`` picked the guidance backend)."""
 
     @classmethod
     def load(
@@ -143,7 +153,8 @@ class VLLMEngine:
         try:
             if seed is not None:
                 options["seed"] = seed
-            if "structured_outputs_config" not in options:
+            guidance = "structured_outputs_config" not in options
+            if guidance:
                 from vllm.config import StructuredOutputsConfig
 
                 options["structured_outputs_config"] = StructuredOutputsConfig(
@@ -161,7 +172,9 @@ class VLLMEngine:
             raise ConfigError(f"vLLM could not start on {path}: {exc}") from exc
         hf = llm.get_tokenizer()
         report(f"vLLM ready in {time.perf_counter() - started:.0f}s")
-        return cls(llm, hf, load_tokenizer(hf), model=name)
+        engine = cls(llm, hf, load_tokenizer(hf), model=name)
+        engine.guidance_layout = guidance
+        return engine
 
     # -- the Engine protocol ----------------------------------------------------------------------------
 
@@ -193,10 +206,11 @@ class VLLMEngine:
         structured = None
         constraint = params.constraint
         if constraint is not None:
-            if constraint.schema is None:
+            if constraint.schema is None and not self.guidance_layout:
                 structured = self._structured(json_object=True)
-            else:
-                structured = self._structured(json=constraint.schema)
+            else:  # numbers bounded as the embedded engine bounds them (issue 33)
+                schema = bound_numbers(constraint.schema or '{"type":"object"}')
+                structured = self._structured(json=self._with_layout(schema))
         elif (
             params.grammar is not None
         ):  # tool calls (issue 21): llguidance's Lark, for vLLM's guidance backend
@@ -210,6 +224,17 @@ class VLLMEngine:
             output_kind=self._delta,  # each output holds only the new ids
             structured_outputs=structured,
         )
+
+    def _with_layout(self, schema: str) -> str:
+        """``schema`` with the embedded engine's layout as llguidance options (``x-guidance``), which vLLM's
+        guidance backend takes over its own defaults; unchanged for another backend."""
+        if not self.guidance_layout:
+            return schema
+        data = json.loads(schema)
+        if not isinstance(data, dict):
+            return schema
+        data["x-guidance"] = layout_options()  # the engine's options, not the client's (as embedded)
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     def check_constraint(self, constraint: JSONConstraint) -> None:
         """vLLM's own validation of the structured-output request (what ``generate`` would raise on its first
