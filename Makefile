@@ -27,7 +27,7 @@ LLAMA_SERVER_STAMP := $(dir $(LLAMA_SERVER)).built-$(notdir $(LLAMA_WHEELS))
 SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji curl \
 	cmake
 
-.PHONY: install test lint lint-ruff lint-format lint-mypy lint-prettier check format bench bench-json \
+.PHONY: install test lint lint-ruff lint-format lint-mypy lint-prettier lint-types check format bench bench-json \
 	bench-structured bench-workers bench-front bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
 
 $(BIN)/python:
@@ -92,7 +92,7 @@ node_modules/.bin/prettier:
 	npm ci --no-audit --no-fund
 	touch $(NODE_STAMP)
 
-lint: lint-ruff lint-format lint-mypy lint-prettier
+lint: lint-ruff lint-format lint-mypy lint-prettier lint-types
 
 # The pieces of make lint, one tool each: .pre-commit-config.yaml runs them before a commit, so this file stays
 # the one place that says what the lint is.
@@ -107,6 +107,10 @@ lint-mypy: $(BIN)/mypy
 
 lint-prettier: node_modules/.bin/prettier
 	npm run --silent format:check
+
+# The npm package's .d.ts files against a consumer of every export (tsc from npm, like prettier).
+lint-types: node_modules/.bin/prettier
+	npm run --silent check:types
 
 check: lint
 

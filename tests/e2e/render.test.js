@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { parseHTML } from 'linkedom';
 import MarkdownIt from 'markdown-it';
-import { createMarkdown } from '../../src/tokenrelay/web/markdown.js';
+import { createMarkdown } from '../../src/tokenrelay/web/lib/markdown_nodes.js';
 import {
   CORPUS,
   changeSettings,
@@ -109,18 +109,23 @@ function markdownItTree(text) {
   return blockTree(document.body);
 }
 
-/** The page's own renderer over the whole text at once, in the same page: the blocks' HTML. */
+/**
+ * The page's own renderer over the whole text at once, in the same page: the blocks' HTML. A streamed code
+ * block's highlighting comes in a <span> (no attributes) per run of lines highlighted together (lib/code.js),
+ * one run when the text comes whole: both sides are compared without those spans (unwrapRuns).
+ */
 function oneShotHTML(page, text) {
   return page.evaluate(async (whole) => {
     const { default: MarkdownItInPage } = await import('/static/vendor/markdown-it.esm.min.mjs');
     const { default: hljs } = await import('/static/vendor/highlight.min.mjs');
-    const { createMarkdown: create, renderTokens } = await import('/static/markdown.js');
-    const { createHighlighter } = await import('/static/code.js');
-    const { buildNodes } = await import('/static/view.js');
+    const { createMarkdown: create, renderTokens } = await import('/static/lib/markdown_nodes.js');
+    const { createHighlighter } = await import('/static/lib/code.js');
+    const { buildNodes } = await import('/static/lib/view.js');
     const holder = document.createElement('div');
     const tokens = create(MarkdownItInPage).parse(whole, {});
     const nodes = renderTokens(tokens, 0, tokens.length, createHighlighter(hljs));
     holder.append(...buildNodes(document, nodes));
+    holder.querySelectorAll('span:not([class])').forEach((span) => span.replaceWith(...span.childNodes));
     return holder.innerHTML;
   }, text);
 }
@@ -151,10 +156,11 @@ async function streamCorpus(page) {
     html: await body.evaluate((el) => {
       const copy = el.cloneNode(true);
       copy.querySelectorAll('button.copy-code').forEach((button) => button.remove());
+      copy.querySelectorAll('span:not([class])').forEach((span) => span.replaceWith(...span.childNodes));
       return Array.from(copy.children, (group) => group.innerHTML).join('');
     }),
     highlighted: await body
-      .locator('pre code.language-python span')
+      .locator('pre code.language-python span[class]')
       .evaluateAll((spans) => spans.map((span) => span.className)),
     tree: await body.evaluate(blockTree),
     text: await body.textContent(),
@@ -234,10 +240,7 @@ describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () =
     const { page, problems } = await openPage(browser.context, server);
     const replies = await page.evaluate(async (lastBlocks) => {
       const { default: MarkdownItInPage } = await import('/static/vendor/markdown-it.esm.min.mjs');
-      const { createMarkdown: create } = await import('/static/markdown.js');
-      const { BlockRenderer } = await import('/static/blocks.js');
-      const { MarkdownView } = await import('/static/view.js');
-      const md = create(MarkdownItInPage);
+      const { MarkdownRenderer } = await import('/static/lib/view.js');
       const margins = (el) => [getComputedStyle(el).marginTop, getComputedStyle(el).marginBottom];
       const out = [];
       for (const last of lastBlocks) {
@@ -250,9 +253,8 @@ describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () =
           frame = null;
           callback?.(performance.now());
         };
-        const view = new MarkdownView({
-          container: body,
-          renderer: new BlockRenderer(md),
+        const view = new MarkdownRenderer(body, {
+          markdownIt: MarkdownItInPage,
           requestFrame: (cb) => (frame = cb),
         });
         const text = `${Array.from({ length: 40 }, (_, i) => `Paragraph ${i}.`).join('\n\n')}\n\n${last}`;
@@ -260,7 +262,7 @@ describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () =
           view.append(piece);
           draw();
         }
-        view.end();
+        view.finish();
         draw();
         const groups = Array.from(body.children);
         const blocks = groups.flatMap((group) => Array.from(group.children));

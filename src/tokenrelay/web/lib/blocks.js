@@ -9,22 +9,28 @@
 // reach back one line: a setext underline makes the paragraph above it a heading, and a table delimiter row
 // makes the line above it a table header, splitting it from a paragraph it belonged to. So a partial line
 // can create or undo a block start on the line just above it, and nothing reaches further back (reference
-// definitions would: they are off, see markdown.js). Hence the two complete lines:
+// definitions would: they are off, see markdown_nodes.js). Hence the two complete lines:
 //
 //   "- a\n\n2"           the list is open: "2" may still become "2. b", the list's next item
 //   "- a\n\n2\nx\n"      the list is closed: "2" starts a paragraph whatever follows
 //   "p\nh | i\n-|-"      p is open: "-|-" makes "h | i" a table now, but "-|-x" would make it p's second line
 //   "```\ncode"         open until the closing fence, whatever blank lines come inside
 //
+// An open fenced code block is the one block that can grow without bound while nothing closes (streamdown#574:
+// a 58,000-character open fence), so it is not parsed again: while the tail is a fence opened at the left
+// margin and not yet closed, update() scans only the lines that arrived for the closing fence and describes
+// the block directly (codeBlock, as renderTokens would), with the highlighter asked for the new lines only.
+// Work per update is then the new text's, not the block's.
+//
 // Contract (tested at every byte offset, one byte at a time, with random splits, and against markdown-it
 // parsing the whole text at once): for any way of cutting the text into pushes, with update() after any of
 // them, the closed nodes joined over update() and finish() equal renderTokens(md.parse(whole)). Closing a
 // block one line late costs nothing but a re-render; closing it early would freeze a wrong one.
 
-import { renderTokens } from './markdown.js';
+import { codeBlock, renderTokens } from './markdown_nodes.js';
 
 /**
- * @typedef {import('./markdown.js').Node} Node
+ * @typedef {import('./markdown_nodes.js').Node} Node
  * @typedef {{closed: Node[], open: Node[] | null}} Update
  * `closed`: nodes of blocks closed by this update, to be appended once and kept; `open`: the nodes that
  * now stand for the open tail (they replace the previous ones), or null when the tail did not change.
@@ -33,7 +39,7 @@ import { renderTokens } from './markdown.js';
 export class BlockRenderer {
   /**
    * @param {{parse: (src: string, env: object) => any[]}} md from createMarkdown()
-   * @param {{highlight?: import('./markdown.js').Highlighter | null}} options code.js's createHighlighter()
+   * @param {{highlight?: import('./markdown_nodes.js').Highlighter | null}} options code.js's createHighlighter()
    */
   constructor(md, { highlight = null } = {}) {
     this._md = md;
@@ -42,6 +48,7 @@ export class BlockRenderer {
     this._dirty = false;
     this._cr = false; // the last push ended in CR, already turned into LF: an LF opening the next is its pair
     this._finished = false;
+    this._fence = undefined; // the open fence the tail starts with (see _openFence), null for none
   }
 
   /** The text not yet in a closed block. */
@@ -65,6 +72,10 @@ export class BlockRenderer {
   update() {
     if (!this._dirty) return { closed: [], open: null };
     this._dirty = false;
+    const fence = this._openFence();
+    if (fence !== null) {
+      return { closed: [], open: [codeBlock(fence.info, this._tail.slice(fence.start), this._highlight)] };
+    }
     const tail = this._tail;
     const tokens = this._md.parse(tail, {});
     const starts = topLevelStarts(tokens);
@@ -81,6 +92,7 @@ export class BlockRenderer {
     const hl = this._highlight;
     if (cut === 0) return { closed: [], open: renderTokens(tokens, 0, tokens.length, hl) };
     this._tail = tail.slice(lineStarts[tokens[starts[cut]].map[0]]);
+    this._fence = undefined;
     return {
       closed: renderTokens(tokens, 0, starts[cut], hl),
       open: renderTokens(tokens, starts[cut], tokens.length, hl),
@@ -97,6 +109,69 @@ export class BlockRenderer {
     this._dirty = false;
     return { closed, open: [] };
   }
+
+  /**
+   * The fence the tail opens, when it is still open: {info, start (where its content starts), scanned
+   * (where the lines not yet checked for a closing fence start)}; null when the tail is anything else, or
+   * when a line (the partial last one included) closes it: then markdown-it parses the tail as usual.
+   * Only a fence at the left margin whose info string markdown-it would keep as it is (no escapes or
+   * entities) takes this path; any other is parsed.
+   */
+  _openFence() {
+    const tail = this._tail;
+    if (this._fence === undefined) {
+      const end = tail.indexOf('\n');
+      const opener = end < 0 ? null : FENCE_OPEN.exec(tail.slice(0, end));
+      if (opener === null) {
+        // Not a fence, or its first line is not complete yet (the info string may grow).
+        if (end >= 0) this._fence = null;
+        return null;
+      }
+      const [, marker, info] = opener;
+      if ((marker[0] === '`' && info.includes('`')) || /[\\&]/.test(info)) {
+        this._fence = null;
+        return null;
+      }
+      this._fence = { marker, info: info.trim(), start: end + 1, scanned: end + 1, closed: false };
+    }
+    const fence = this._fence;
+    if (fence === null || fence.closed) return null;
+    // Complete lines since the last look, then the partial last line: none may be a closing fence.
+    let at = fence.scanned;
+    for (let end = tail.indexOf('\n', at); end >= 0; end = tail.indexOf('\n', at)) {
+      if (closesFence(tail, at, end, fence.marker)) {
+        fence.closed = true;
+        return null;
+      }
+      at = end + 1;
+    }
+    fence.scanned = at;
+    if (closesFence(tail, at, tail.length, fence.marker)) return null;
+    return fence;
+  }
+}
+
+// A fence opener at the left margin: three or more backticks or tildes, then the info string.
+const FENCE_OPEN = /^(`{3,}|~{3,})(.*)$/;
+
+/** Whether tail[from, to) is a closing fence for `marker` (CommonMark: up to three spaces, at least as many
+ * of the same character, then only spaces or tabs). */
+function closesFence(tail, from, to, marker) {
+  let i = from;
+  while (i < to && i - from < 4 && tail.charCodeAt(i) === 32) i++;
+  if (i - from > 3) return false;
+  const char = marker.charCodeAt(0);
+  let run = 0;
+  while (i < to && tail.charCodeAt(i) === char) {
+    i++;
+    run++;
+  }
+  if (run < marker.length) return false;
+  for (; i < to; i++) {
+    const c = tail.charCodeAt(i);
+    if (c !== 32 && c !== 9) return false;
+  }
+  return true;
 }
 
 /** Indexes of the tokens that begin a top-level block (an opening or a self-contained token at level 0). */
