@@ -245,3 +245,48 @@ describe('buildNodes', () => {
     assert.equal(div.innerHTML, '&lt;img src=x onerror=alert(1)&gt;');
   });
 });
+
+describe('MarkdownRenderer: words added to the last line are not parsed again', () => {
+  // Text as a model writes it, cut as a tokenizer would: most pieces are " word", and most frames only
+  // extend the last line's text (blocks.js's _extend), the rest are parsed.
+  // prettier-ignore
+  const PIECES = [
+    ' the', ' model', ' 中文', ' naïve', ' 👩‍💻', ' x1', ' 1', '.', ',', ':', '?', "'s", ' "q"', ' a/b', ' 42%',
+    '\n', '\n\n', '\n- ', '\n1. ', '\n# ', '\n> ', '\n    ', ' **', '**', ' *', '_', ' `', '`', ' [', '](https://a.b)',
+    ' <', '>', ' &amp', ';', ' |', ' ~~', ' \\', '!', ' -', '-', '=', '#', '  ', ' \n', '1', ')', '\n| a | b |\n|--|--|\n| c',
+  ];
+  const tokenize = (text) => text.match(/ ?[A-Za-z]{1,6}|[0-9]{1,3}|\n|[ \t]+|[^A-Za-z0-9\s]/gu) ?? [];
+
+  test('the same DOM as the one-shot render, for random text in token-sized pieces', () => {
+    const random = seeded(2032);
+    let parses = 0;
+    let updates = 0;
+    class Counting extends MarkdownIt {
+      parse(src, env) {
+        parses += 1;
+        return super.parse(src, env);
+      }
+    }
+    for (let run = 0; run < 300; run++) {
+      let text = '';
+      for (let n = 5 + Math.floor(random() * 60); n > 0; n--) {
+        const r = random();
+        text += r < 0.7 ? PIECES[Math.floor(random() * 15)] : PIECES[Math.floor(random() * PIECES.length)];
+      }
+      const p = page();
+      const v = new MarkdownRenderer(p.container, {
+        markdownIt: Counting,
+        requestFrame: p.requestFrame,
+        now: () => 0,
+      });
+      for (const token of tokenize(text)) {
+        v.append(token);
+        updates += p.runFrames();
+      }
+      v.finish();
+      p.runFrames();
+      assert.equal(html(p.container), oneShotHTML(text), JSON.stringify(text));
+    }
+    assert.ok(parses < updates * 0.8, `${parses} parses for ${updates} updates: the words were extended`);
+  });
+});

@@ -22,6 +22,10 @@
 // the block directly (codeBlock, as renderTokens would), with the highlighter asked for the new lines only.
 // Work per update is then the new text's, not the block's.
 //
+// Most updates only add a few words to the last line of the open block, and parsing the block again cannot
+// change anything but the last text node: _extend() says when that is certain and then extends the last
+// update's description instead (EXTENDS has the rules). Anything it is not sure of is parsed.
+//
 // Contract (tested at every byte offset, one byte at a time, with random splits, and against markdown-it
 // parsing the whole text at once): for any way of cutting the text into pushes, with update() after any of
 // them, the closed nodes joined over update() and finish() equal renderTokens(md.parse(whole)). Closing a
@@ -49,6 +53,8 @@ export class BlockRenderer {
     this._cr = false; // the last push ended in CR, already turned into LF: an LF opening the next is its pair
     this._finished = false;
     this._fence = undefined; // the open fence the tail starts with (see _openFence), null for none
+    this._added = ''; // the text pushed since the last update
+    this._lastOpen = null; // the last update's description of the whole tail, when _extend() may extend it
   }
 
   /** The text not yet in a closed block. */
@@ -64,7 +70,9 @@ export class BlockRenderer {
     // token maps) and offsets in this text the same thing.
     if (this._cr && text.charCodeAt(0) === 10) text = text.slice(1);
     this._cr = text.charCodeAt(text.length - 1) === 13;
-    this._tail += text.replace(/\r\n?/g, '\n');
+    const normal = text.replace(/\r\n?/g, '\n');
+    this._tail += normal;
+    this._added += normal;
     this._dirty = true;
   }
 
@@ -72,9 +80,17 @@ export class BlockRenderer {
   update() {
     if (!this._dirty) return { closed: [], open: null };
     this._dirty = false;
+    const added = this._added;
+    this._added = '';
     const fence = this._openFence();
     if (fence !== null) {
+      this._lastOpen = null;
       return { closed: [], open: [codeBlock(fence.info, this._tail.slice(fence.start), this._highlight)] };
+    }
+    const extended = this._extend(added);
+    if (extended !== null) {
+      this._lastOpen = extended;
+      return { closed: [], open: extended };
     }
     const tail = this._tail;
     const tokens = this._md.parse(tail, {});
@@ -90,13 +106,14 @@ export class BlockRenderer {
       }
     }
     const hl = this._highlight;
-    if (cut === 0) return { closed: [], open: renderTokens(tokens, 0, tokens.length, hl) };
+    if (cut === 0) {
+      this._lastOpen = renderTokens(tokens, 0, tokens.length, hl);
+      return { closed: [], open: this._lastOpen };
+    }
     this._tail = tail.slice(lineStarts[tokens[starts[cut]].map[0]]);
     this._fence = undefined;
-    return {
-      closed: renderTokens(tokens, 0, starts[cut], hl),
-      open: renderTokens(tokens, starts[cut], tokens.length, hl),
-    };
+    this._lastOpen = renderTokens(tokens, starts[cut], tokens.length, hl);
+    return { closed: renderTokens(tokens, 0, starts[cut], hl), open: this._lastOpen };
   }
 
   /** End of the text: the tail is rendered as closed too. @returns {Update} */
@@ -107,7 +124,48 @@ export class BlockRenderer {
     const closed = renderTokens(tokens, 0, tokens.length, this._highlight);
     this._tail = '';
     this._dirty = false;
+    this._lastOpen = null;
     return { closed, open: [] };
+  }
+
+  /**
+   * The last description with `added` joined to its last text, when parsing the tail again is certain to
+   * give exactly that (EXTENDS); else null.
+   */
+  _extend(added) {
+    const open = this._lastOpen;
+    const tail = this._tail;
+    const before = tail.length - added.length;
+    if (open === null || added === '' || before <= 0 || !EXTENDS.text.test(added)) return null;
+    if (!EXTENDS.last.test(tail[before - 1])) return null;
+    // The current line's kind is settled: its first word is complete, or it starts with a letter.
+    const lineStart = tail.lastIndexOf('\n', before - 1) + 1;
+    if (!EXTENDS.line.test(tail.slice(lineStart, before))) return null;
+    // The last block, down its last children, must end in text; a table is not extended (a row's cells past
+    // the header's are dropped, so the end of the source need not be the last text shown).
+    const path = [];
+    let nodes = open;
+    for (;;) {
+      const last = nodes.length - 1;
+      if (last < 0) return null;
+      const node = nodes[last];
+      if (typeof node === 'string') {
+        if (node.length === 0 || node[node.length - 1] !== tail[before - 1]) return null;
+        break;
+      }
+      if (node.tag === 'table' || node.tag === 'pre' || node.tag === 'code' || node.tag === 'a') return null;
+      path.push(node);
+      nodes = node.children;
+    }
+    // A new description, copied along the path to the last text: the rest is shared with the last one.
+    const grow = (list, depth) => {
+      const copy = list.slice();
+      const last = copy.length - 1;
+      if (depth === path.length) copy[last] = copy[last] + added;
+      else copy[last] = { ...copy[last], children: grow(copy[last].children, depth + 1) };
+      return copy;
+    };
+    return grow(open, 0);
   }
 
   /**
@@ -150,6 +208,21 @@ export class BlockRenderer {
     return fence;
   }
 }
+
+// When text added to the tail only extends the last text of the last update's description (_extend):
+//   text  the added text has no character that means anything in Markdown inside a line (emphasis, code,
+//         escapes, links and images, HTML, entities, tables, strikethrough) nor a line end, and it ends in a
+//         character that is not white space (a paragraph's trailing spaces are not shown);
+//   last  the tail ended, before it, in such a character too (so no delimiter run, entity or escape is left
+//         open at the seam, and no trailing space was dropped);
+//   line  the line it goes on already has its kind: a complete first word, or a first letter that no block
+//         syntax starts with (a digit could still become "1." and a list, a "-" a list or a rule).
+// Links are not extended: the text of [a](b) is shown, but [a] alone is not a link.
+const EXTENDS = {
+  text: /^[^\n*_`\\[\]()<>&!;|~#=+\-]*[^\s*_`\\[\]()<>&!;|~#=+\-]$/u,
+  last: /^[^\s*_`\\[\]()<>&!;|~#=+\-]$/u,
+  line: /^\s*(?:\S+\s|\p{L})/u,
+};
 
 // A fence opener at the left margin: three or more backticks or tildes, then the info string.
 const FENCE_OPEN = /^(`{3,}|~{3,})(.*)$/;
