@@ -26,6 +26,9 @@
 // change anything but the last text node: _extend() says when that is certain and then extends the last
 // update's description instead (EXTENDS has the rules). Anything it is not sure of is parsed.
 //
+// An open tail longer than MAX_OPEN_PARSE that neither path covers is drawn as plain text until it closes or
+// the text ends (then it is parsed once): a frame never parses more than that.
+//
 // Contract (tested at every byte offset, one byte at a time, with random splits, and against markdown-it
 // parsing the whole text at once): for any way of cutting the text into pushes, with update() after any of
 // them, the closed nodes joined over update() and finish() equal renderTokens(md.parse(whole)). Closing a
@@ -54,6 +57,7 @@ export class BlockRenderer {
     this._finished = false;
     this._fence = undefined; // the open fence the tail starts with (see _openFence), null for none
     this._added = ''; // the text pushed since the last update
+    this._lineStart = 0; // where the tail's last line starts
     this._lastOpen = null; // the last update's description of the whole tail, when _extend() may extend it
   }
 
@@ -73,6 +77,8 @@ export class BlockRenderer {
     const normal = text.replace(/\r\n?/g, '\n');
     this._tail += normal;
     this._added += normal;
+    const end = normal.lastIndexOf('\n');
+    if (end >= 0) this._lineStart = this._tail.length - normal.length + end + 1;
     this._dirty = true;
   }
 
@@ -93,7 +99,13 @@ export class BlockRenderer {
       return { closed: [], open: extended };
     }
     const tail = this._tail;
-    const tokens = this._md.parse(tail, {});
+    if (tail.length > MAX_OPEN_PARSE) {
+      // A block this long that still does not close (a megabyte line of delimiters, a table of ten thousand
+      // columns: markdown-it takes seconds over them) is shown as its text until the end, which parses it once.
+      this._lastOpen = null;
+      return { closed: [], open: [{ tag: 'p', attrs: null, children: [tail] }] };
+    }
+    const tokens = parse(this._md, tail);
     const starts = topLevelStarts(tokens);
     const lineStarts = lineOffsets(tail);
     // The last block whose first two lines are complete: every block before it is closed.
@@ -110,7 +122,9 @@ export class BlockRenderer {
       this._lastOpen = renderTokens(tokens, 0, tokens.length, hl);
       return { closed: [], open: this._lastOpen };
     }
-    this._tail = tail.slice(lineStarts[tokens[starts[cut]].map[0]]);
+    const offset = lineStarts[tokens[starts[cut]].map[0]];
+    this._tail = tail.slice(offset);
+    this._lineStart -= offset;
     this._fence = undefined;
     this._lastOpen = renderTokens(tokens, starts[cut], tokens.length, hl);
     return { closed: renderTokens(tokens, 0, starts[cut], hl), open: this._lastOpen };
@@ -120,9 +134,10 @@ export class BlockRenderer {
   finish() {
     if (this._finished) return { closed: [], open: null };
     this._finished = true;
-    const tokens = this._tail === '' ? [] : this._md.parse(this._tail, {});
+    const tokens = this._tail === '' ? [] : parse(this._md, this._tail);
     const closed = renderTokens(tokens, 0, tokens.length, this._highlight);
     this._tail = '';
+    this._lineStart = 0;
     this._dirty = false;
     this._lastOpen = null;
     return { closed, open: [] };
@@ -139,8 +154,7 @@ export class BlockRenderer {
     if (open === null || added === '' || before <= 0 || !EXTENDS.text.test(added)) return null;
     if (!EXTENDS.last.test(tail[before - 1])) return null;
     // The current line's kind is settled: its first word is complete, or it starts with a letter.
-    const lineStart = tail.lastIndexOf('\n', before - 1) + 1;
-    if (!EXTENDS.line.test(tail.slice(lineStart, before))) return null;
+    if (!EXTENDS.line.test(tail.slice(this._lineStart, before))) return null;
     // The last block, down its last children, must end in text; a table is not extended (a row's cells past
     // the header's are dropped, so the end of the source need not be the last text shown).
     const path = [];
@@ -221,8 +235,11 @@ export class BlockRenderer {
 const EXTENDS = {
   text: /^[^\n*_`\\[\]()<>&!;|~#=+\-]*[^\s*_`\\[\]()<>&!;|~#=+\-]$/u,
   last: /^[^\s*_`\\[\]()<>&!;|~#=+\-]$/u,
-  line: /^\s*(?:\S+\s|\p{L})/u,
+  line: /^\s*(?:\p{L}|\S+\s)/u,
 };
+
+/** The longest open tail parsed again while it streams (characters); longer, it is drawn as text. */
+export const MAX_OPEN_PARSE = 100_000;
 
 // A fence opener at the left margin: three or more backticks or tildes, then the info string.
 const FENCE_OPEN = /^(`{3,}|~{3,})(.*)$/;
@@ -245,6 +262,25 @@ function closesFence(tail, from, to, marker) {
     if (c !== 32 && c !== 9) return false;
   }
   return true;
+}
+
+/**
+ * markdown-it's tokens for `text`; when its nesting limit (maxNesting) was reached, where it stops and drops
+ * the rest of the text, the text as one paragraph of plain text instead: nothing is lost.
+ */
+function parse(md, text) {
+  const tokens = md.parse(text, {});
+  const limit = (md.options?.maxNesting ?? 100) - 1;
+  if (!tokens.some((token) => token.level >= limit)) return tokens;
+  const open = { type: 'paragraph_open', tag: 'p', nesting: 1, level: 0, map: [0, 1], hidden: false };
+  const inline = {
+    type: 'inline',
+    tag: '',
+    nesting: 0,
+    level: 1,
+    children: [{ type: 'text', content: text, nesting: 0 }],
+  };
+  return [open, inline, { type: 'paragraph_close', tag: 'p', nesting: -1, level: 0, hidden: false }];
 }
 
 /** Indexes of the tokens that begin a top-level block (an opening or a self-contained token at level 0). */

@@ -18,6 +18,9 @@ import { ReplyError } from './reply_events.js';
 
 const isObject = (value) => value !== null && typeof value === 'object' && !Array.isArray(value);
 const isCount = (value) => typeof value === 'number' && Number.isInteger(value);
+// A JSON string may hold a lone surrogate escape ("\ud800"), which JSON.parse keeps: the app gets U+FFFD
+// in its place, as a decoder would have given for bad bytes (a lone surrogate is no text to show or send).
+const wellFormed = (text) => (text.isWellFormed() ? text : text.toWellFormed());
 
 /**
  * Reads the chunks of one reply (sans-I/O): feed(event) returns the new content text, if any.
@@ -90,12 +93,13 @@ export class ChunkReader {
     if (isObject(choice.delta)) {
       const thought = choice.delta.reasoning_content ?? choice.delta.reasoning;
       if (typeof thought === 'string' && thought !== '') {
-        this.reasoning += thought;
-        this.reasoningDelta = thought;
+        this.reasoning += wellFormed(thought);
+        this.reasoningDelta = wellFormed(thought);
       }
     }
-    const text = isObject(choice.delta) ? choice.delta.content : choice.text;
+    let text = isObject(choice.delta) ? choice.delta.content : choice.text;
     if (typeof text !== 'string' || text === '') return '';
+    text = wellFormed(text);
     this.content += text;
     this.chunks += 1;
     return text;
@@ -115,7 +119,7 @@ export class ChunkReader {
         index: call.index,
         id: typeof call.id === 'string' ? call.id : null,
         name: typeof fn.name === 'string' ? fn.name : null,
-        arguments: args,
+        arguments: wellFormed(args),
       });
     }
     for (const delta of deltas) {
