@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Streamed JSON in Node: the page's PartialJSON (src/tokenrelay/web/partial_json.js) side by side with
+// Streamed JSON in Node: the page's PartialJSON (src/tokenrelay/web/lib/partial_json.js) side by side with
 // @streamparser/json (incremental) and the Vercel AI SDK's parsePartialJson (re-parse), printing ratios.
 //
 //   node benchmarks/partial_json.js [--sizes 38,380] [--repeat 5]      (npm run bench:json)
@@ -26,7 +26,7 @@ import { parseArgs } from 'node:util';
 import { isDeepStrictEqual } from 'node:util';
 import { JSONParser } from '@streamparser/json';
 import { parsePartialJson } from 'ai';
-import { PartialJSON } from '../src/tokenrelay/web/partial_json.js';
+import { PartialJSON } from '../src/tokenrelay/web/lib/partial_json.js';
 
 const CORPUS = new URL('../tests/data/multilingual.txt', import.meta.url);
 const CHUNK = 4;

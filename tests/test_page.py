@@ -26,6 +26,9 @@ def make_web(root: Path) -> Path:
     (web / "vendor.json").write_text(json.dumps(MANIFEST))
     (web / "index.html").write_text("<!doctype html><title>t</title>")
     (web / "app.js").write_text("export {};")
+    (web / "lib").mkdir()
+    (web / "lib" / "sse.js").write_text("export {};")
+    (web / "lib" / "sse.d.ts").write_text("export {};")
     (web / "favicon.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"/>')
     return web
 
@@ -74,6 +77,12 @@ async def test_get_and_head_of_the_page(client: httpx.AsyncClient) -> None:
         assert head.headers["content-type"] == page.headers["content-type"]
         assert head.headers["content-security-policy"] == PAGE_CSP
         assert (await client.head("/static/app.js")).status_code == 200
+        shared = await client.get("/static/lib/sse.js")
+        assert shared.status_code == 200
+        assert shared.headers["content-type"] == "text/javascript; charset=utf-8"
+        assert shared.headers["content-security-policy"] == PAGE_CSP
+        assert (await client.get("/static/lib/sse.d.ts")).status_code == 404  # only modules are served
+        assert (await client.get("/static/lib/nope.js")).status_code == 404
 
 
 async def test_favicon_and_missing_files(client: httpx.AsyncClient) -> None:

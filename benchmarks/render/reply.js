@@ -80,3 +80,16 @@ export function replyTokens(count = 10_000, seed = 7) {
   }
   return tokens.slice(0, count);
 }
+
+/** A reply that opens a fenced code block of about `chars` characters and never closes it, as tokens. */
+export function openCodeTokens(chars = 58_000, seed = 11) {
+  const random = seeded(seed);
+  const pick = (list) => list[Math.floor(random() * list.length)];
+  let text = 'Here is the whole module:\n\n```python\n';
+  const start = text.length;
+  while (text.length - start < chars) {
+    const indent = '    '.repeat(Math.floor(random() * 3));
+    text += `${indent}${pick(WORDS)}_${pick(WORDS)} = ${pick(WORDS)}(${pick(WORDS)}, ${Math.floor(random() * 100)})  # ${pick(WORDS)}\n`;
+  }
+  return tokenize(text);
+}

@@ -5,9 +5,6 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { parseHTML } from 'linkedom';
-import MarkdownIt from 'markdown-it';
-import { createMarkdown } from '../../src/tokenrelay/web/markdown.js';
 import {
   CORPUS,
   changeSettings,
@@ -20,6 +17,7 @@ import {
   send,
   startServer,
 } from './harness.js';
+import { blockTree, markdownItTree } from './trees.js';
 
 const skip = missingPrerequisite() ?? false;
 // Read as bytes, decoded as they are: CRLF line ends and all.
@@ -48,79 +46,22 @@ after(async () => {
 });
 
 /**
- * A reply's blocks as plain data: [tag, {attrs}, ...children] for an element, a string for a run of text.
- * Blocks inside the view's <div class="blocks"> groups are taken out of them. Self-contained: it runs in
- * Chromium (locator.evaluate) and under node on a linkedom document alike.
+ * The page's own renderer over the whole text at once, in the same page: the blocks' HTML. A streamed code
+ * block's highlighting comes in a <span> (no attributes) per run of lines highlighted together (lib/code.js),
+ * one run when the text comes whole: both sides are compared without those spans (unwrapRuns).
  */
-function blockTree(root) {
-  function walk(node) {
-    const out = [node.nodeName.toLowerCase(), {}];
-    for (const attr of Array.from(node.attributes)) out[1][attr.name] = attr.value;
-    for (const child of flat(node)) {
-      if (child.nodeType === 3) {
-        if (typeof out[out.length - 1] === 'string') out[out.length - 1] += child.data;
-        else out.push(child.data);
-      } else if (child.nodeType === 1) {
-        out.push(walk(child));
-      }
-    }
-    return out;
-  }
-  // A code block's highlighting spans count as their text, and its Copy button as nothing: markdown-it's
-  // stock renderer has neither (the highlighting itself is checked on its own below).
-  function flat(node) {
-    return Array.from(node.childNodes).flatMap((child) => {
-      if (child.nodeName === 'BUTTON') return [];
-      if (child.nodeName === 'SPAN') return flat(child);
-      return [child];
-    });
-  }
-  const blocks = [];
-  for (const child of Array.from(root.childNodes)) {
-    const group =
-      child.nodeType === 1 && child.nodeName === 'DIV' && child.getAttribute('class') === 'blocks';
-    blocks.push(...(group ? Array.from(child.childNodes) : [child]));
-  }
-  const tree = walk({ nodeName: '', attributes: [], childNodes: blocks });
-  return tree.slice(2);
-}
-
-/**
- * markdown-it's own HTML renderer (not the page's) over the whole text, as a blockTree. Two documented
- * differences are mapped: the page writes table alignment as a class (the CSP forbids style attributes),
- * and markdown-it puts a newline between block tags, which the page's DOM does not have.
- */
-function markdownItTree(text) {
-  const html = createMarkdown(MarkdownIt).render(text);
-  const { document } = parseHTML(`<!doctype html><html><body>${html}</body></html>`);
-  const containers = new Set(['BODY', 'BLOCKQUOTE', 'OL', 'UL', 'LI', 'TABLE', 'THEAD', 'TBODY', 'TR']);
-  const tidy = (node) => {
-    for (const child of Array.from(node.childNodes)) {
-      if (child.nodeType === 3 && containers.has(node.nodeName) && /^\n+$/.test(child.data)) child.remove();
-      else if (child.nodeType === 1) tidy(child);
-    }
-    const align = /^text-align:(left|center|right)$/.exec(node.getAttribute?.('style') ?? '');
-    if (align) {
-      node.removeAttribute('style');
-      node.setAttribute('class', `align-${align[1]}`);
-    }
-  };
-  tidy(document.body);
-  return blockTree(document.body);
-}
-
-/** The page's own renderer over the whole text at once, in the same page: the blocks' HTML. */
 function oneShotHTML(page, text) {
   return page.evaluate(async (whole) => {
     const { default: MarkdownItInPage } = await import('/static/vendor/markdown-it.esm.min.mjs');
     const { default: hljs } = await import('/static/vendor/highlight.min.mjs');
-    const { createMarkdown: create, renderTokens } = await import('/static/markdown.js');
-    const { createHighlighter } = await import('/static/code.js');
-    const { buildNodes } = await import('/static/view.js');
+    const { createMarkdown: create, renderTokens } = await import('/static/lib/markdown_nodes.js');
+    const { createHighlighter } = await import('/static/lib/code.js');
+    const { buildNodes } = await import('/static/lib/view.js');
     const holder = document.createElement('div');
     const tokens = create(MarkdownItInPage).parse(whole, {});
     const nodes = renderTokens(tokens, 0, tokens.length, createHighlighter(hljs));
     holder.append(...buildNodes(document, nodes));
+    holder.querySelectorAll('span:not([class])').forEach((span) => span.replaceWith(...span.childNodes));
     return holder.innerHTML;
   }, text);
 }
@@ -151,10 +92,11 @@ async function streamCorpus(page) {
     html: await body.evaluate((el) => {
       const copy = el.cloneNode(true);
       copy.querySelectorAll('button.copy-code').forEach((button) => button.remove());
+      copy.querySelectorAll('span:not([class])').forEach((span) => span.replaceWith(...span.childNodes));
       return Array.from(copy.children, (group) => group.innerHTML).join('');
     }),
     highlighted: await body
-      .locator('pre code.language-python span')
+      .locator('pre code.language-python span[class]')
       .evaluateAll((spans) => spans.map((span) => span.className)),
     tree: await body.evaluate(blockTree),
     text: await body.textContent(),
@@ -234,10 +176,7 @@ describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () =
     const { page, problems } = await openPage(browser.context, server);
     const replies = await page.evaluate(async (lastBlocks) => {
       const { default: MarkdownItInPage } = await import('/static/vendor/markdown-it.esm.min.mjs');
-      const { createMarkdown: create } = await import('/static/markdown.js');
-      const { BlockRenderer } = await import('/static/blocks.js');
-      const { MarkdownView } = await import('/static/view.js');
-      const md = create(MarkdownItInPage);
+      const { MarkdownRenderer } = await import('/static/lib/view.js');
       const margins = (el) => [getComputedStyle(el).marginTop, getComputedStyle(el).marginBottom];
       const out = [];
       for (const last of lastBlocks) {
@@ -250,9 +189,8 @@ describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () =
           frame = null;
           callback?.(performance.now());
         };
-        const view = new MarkdownView({
-          container: body,
-          renderer: new BlockRenderer(md),
+        const view = new MarkdownRenderer(body, {
+          markdownIt: MarkdownItInPage,
           requestFrame: (cb) => (frame = cb),
         });
         const text = `${Array.from({ length: 40 }, (_, i) => `Paragraph ${i}.`).join('\n\n')}\n\n${last}`;
@@ -260,7 +198,7 @@ describe('the corpus streamed through the page', { skip, timeout: 90_000 }, () =
           view.append(piece);
           draw();
         }
-        view.end();
+        view.finish();
         draw();
         const groups = Array.from(body.children);
         const blocks = groups.flatMap((group) => Array.from(group.children));

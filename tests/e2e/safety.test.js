@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { ALLOWED_ATTRS, ALLOWED_TAGS } from '../../src/tokenrelay/web/markdown.js';
+import { ALLOWED_ATTRS, ALLOWED_TAGS } from '../../src/tokenrelay/web/lib/markdown_nodes.js';
 import {
   FIXTURES,
   launchBrowser,

@@ -2,8 +2,8 @@
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { BlockRenderer } from '../../src/tokenrelay/web/blocks.js';
-import { renderTokens } from '../../src/tokenrelay/web/markdown.js';
+import { BlockRenderer } from '../../src/tokenrelay/web/lib/blocks.js';
+import { renderTokens } from '../../src/tokenrelay/web/lib/markdown_nodes.js';
 import { cuttings, encoder, fixture, makeMarkdown, markdownish, seeded, TRICKY } from './helpers.js';
 
 const md = makeMarkdown();

@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { readFileSync } from 'node:fs';
-import { ChunkReader, streamChat, streamStats } from '../../src/tokenrelay/web/chat.js';
+import { streamChat, streamStats } from '../../src/tokenrelay/web/chat.js';
+import { ChunkReader } from '../../src/tokenrelay/web/lib/reply_chat.js';
 import { cutAt, encoder } from './helpers.js';
 
 const chunk = (delta, finish = null) =>

@@ -3,8 +3,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import hljs from '@highlightjs/cdn-assets/es/highlight.min.js';
-import { createHighlighter, MAX_HIGHLIGHT, readHighlighted } from '../../src/tokenrelay/web/code.js';
-import { renderTokens } from '../../src/tokenrelay/web/markdown.js';
+import { createHighlighter, MAX_HIGHLIGHT, readHighlighted } from '../../src/tokenrelay/web/lib/code.js';
+import { renderTokens } from '../../src/tokenrelay/web/lib/markdown_nodes.js';
 import { makeMarkdown } from './helpers.js';
 
 /** The text a node description shows. */
@@ -51,7 +51,8 @@ describe('createHighlighter over highlight.js', () => {
     const nodes = highlight(code, 'python');
     assert.ok(nodes !== null);
     assert.equal(textOf(nodes), code);
-    assert.ok(nodes.some((n) => typeof n !== 'string' && n.attrs.class === 'hljs-keyword'));
+    const spans = nodes.flatMap((run) => run.children ?? []);
+    assert.ok(spans.some((n) => typeof n !== 'string' && n.attrs.class === 'hljs-keyword'));
   });
 
   test('a streaming block: complete lines highlighted once, the partial last line plain', () => {
@@ -71,8 +72,31 @@ describe('createHighlighter over highlight.js', () => {
     assert.equal(calls, 1, 'a frame that only adds to the last line highlights nothing');
     assert.equal(more[0], before[0], 'and reuses the nodes it had');
     assert.equal(counting('x = ', 'python').length, 1, 'no complete line: all plain');
-    assert.deepEqual(counting(whole, 'python'), highlight(whole, 'python'));
-    assert.equal(calls, 2);
+    const done = counting(whole, 'python');
+    assert.equal(calls, 2, 'the line that completed is highlighted, and only it');
+    assert.equal(textOf(done), whole);
+    assert.equal(done[0], before[0], 'the first line keeps its nodes: never highlighted again');
+    assert.deepEqual(done[1], highlight('print(x)\n', 'python')[0]);
+    assert.equal(counting(whole, 'python').length, 2);
+    assert.equal(calls, 2, 'asked again for the same lines: nothing highlighted');
+  });
+
+  test('finished lines are never highlighted again, however long the block grows', () => {
+    const lines = [];
+    const counting = createHighlighter({
+      getLanguage: (name) => hljs.getLanguage(name),
+      highlight: (code, options) => {
+        lines.push(code);
+        return hljs.highlight(code, options);
+      },
+    });
+    let code = '';
+    for (let i = 0; i < 300; i++) {
+      code += `x${i} = ${i}\n`;
+      counting(code + 'pri', 'python'); // with a partial line, as a frame sees it
+    }
+    assert.equal(lines.join(''), code, 'every line highlighted exactly once');
+    assert.equal(textOf(counting(code, 'python')), code);
   });
 
   test('unknown languages, no language and huge blocks stay plain', () => {

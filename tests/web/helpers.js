@@ -2,7 +2,7 @@
 
 import MarkdownIt from 'markdown-it/browser';
 import { readFileSync } from 'node:fs';
-import { createMarkdown } from '../../src/tokenrelay/web/markdown.js';
+import { createMarkdown } from '../../src/tokenrelay/web/lib/markdown_nodes.js';
 
 /** The page's markdown-it setup over the same browser build the page loads. */
 export function makeMarkdown() {

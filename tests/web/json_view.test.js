@@ -6,8 +6,8 @@ import { describe, test } from 'node:test';
 import { parseHTML } from 'linkedom';
 import { readFileSync } from 'node:fs';
 import { JSONTree, JSONView } from '../../src/tokenrelay/web/json_view.js';
-import { PartialJSON } from '../../src/tokenrelay/web/partial_json.js';
-import { Smoother } from '../../src/tokenrelay/web/smoother.js';
+import { PartialJSON } from '../../src/tokenrelay/web/lib/partial_json.js';
+import { Smoother } from '../../src/tokenrelay/web/lib/smoother.js';
 import { seeded } from './helpers.js';
 
 const VECTORS = JSON.parse(
@@ -165,7 +165,7 @@ describe('JSONView: frames and endings', () => {
     assert.equal(p.container.querySelectorAll('.json-tree *').length, 0, 'nothing drawn before the frame');
     p.runFrames();
     assert.equal(view.writes, 1);
-    const done = view.end();
+    const done = view.finish();
     p.runFrames();
     assert.deepStrictEqual(await done, { status: 'complete', value: { a: [1, 2, 3], b: 'hello' } });
     assert.equal(view.writes, 2);
@@ -187,7 +187,7 @@ describe('JSONView: frames and endings', () => {
       clock += 16;
       p.runFrames();
     }
-    const done = view.end();
+    const done = view.finish();
     p.runFrames();
     assert.equal((await done).status, 'complete');
     assert.equal(p.container.querySelector('.json-string').textContent, 'word '.repeat(40));
@@ -197,7 +197,7 @@ describe('JSONView: frames and endings', () => {
     const p = page();
     const view = new JSONView({ container: p.container, requestFrame: p.requestFrame });
     view.append('{"items": [{"name": "lam');
-    const done = view.end();
+    const done = view.finish();
     p.runFrames();
     const result = await done;
     assert.equal(result.status, 'truncated');
@@ -214,7 +214,7 @@ describe('JSONView: frames and endings', () => {
     p.runFrames();
     view.append('oops} and more');
     p.runFrames();
-    const done = view.end();
+    const done = view.finish();
     p.runFrames();
     const result = await done;
     assert.equal(result.status, 'invalid');

@@ -13,7 +13,7 @@ import {
   heldText,
   laneStats,
   stepStats,
-} from '../../src/tokenrelay/web/lanes.js';
+} from '../../src/tokenrelay/web/lib/lanes.js';
 import { streamChat } from '../../src/tokenrelay/web/chat.js';
 import { encoder } from './helpers.js';
 

@@ -3,9 +3,14 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parseHTML } from 'linkedom';
-import { BlockRenderer } from '../../src/tokenrelay/web/blocks.js';
-import { ALLOWED_ATTRS, ALLOWED_TAGS, isSafeHref, renderTokens } from '../../src/tokenrelay/web/markdown.js';
-import { buildNodes } from '../../src/tokenrelay/web/view.js';
+import { BlockRenderer } from '../../src/tokenrelay/web/lib/blocks.js';
+import {
+  ALLOWED_ATTRS,
+  ALLOWED_TAGS,
+  isSafeHref,
+  renderTokens,
+} from '../../src/tokenrelay/web/lib/markdown_nodes.js';
+import { buildNodes } from '../../src/tokenrelay/web/lib/view.js';
 import { makeMarkdown } from './helpers.js';
 
 const md = makeMarkdown();

@@ -12,7 +12,7 @@ import {
   TruncatedJSONError,
   UseAfterFinishError,
   joinEvents,
-} from '../../src/tokenrelay/web/partial_json.js';
+} from '../../src/tokenrelay/web/lib/partial_json.js';
 import { seeded } from './helpers.js';
 
 const VECTORS = JSON.parse(

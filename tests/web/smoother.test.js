@@ -2,7 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { Smoother } from '../../src/tokenrelay/web/smoother.js';
+import { Smoother } from '../../src/tokenrelay/web/lib/smoother.js';
 import { fixture, seeded } from './helpers.js';
 
 const graphemes = (text) =>

@@ -1,13 +1,20 @@
-// SSEParser (JS): the WHATWG event-stream interpretation, split-invariant, mirroring src/tokenrelay/_sse.py.
+// SSEParser (JS): the WHATWG event-stream interpretation, split-invariant, mirroring src/tokenrelay/wire/_sse.py.
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { readFileSync } from 'node:fs';
-import { SSEError, SSEParser } from '../../src/tokenrelay/web/sse.js';
+import { SSEError, SSEParser } from '../../src/tokenrelay/web/lib/sse.js';
 import { cuttings, encoder, seeded } from './helpers.js';
 
 // Shared with the Python parser's tests (tests/test_sse.py): the same vectors must pass on both sides.
-const VECTORS = JSON.parse(readFileSync(new URL('../vectors/sse.json', import.meta.url), 'utf8')).vectors;
+// The vectors name an event's type `event` (the Python SSEEvent's field); the JS events call it `type`, as a
+// DOM MessageEvent does.
+const VECTORS = JSON.parse(readFileSync(new URL('../vectors/sse.json', import.meta.url), 'utf8')).vectors.map(
+  (vector) => ({
+    ...vector,
+    events: vector.events?.map(({ event, ...rest }) => ({ type: event, ...rest })),
+  }),
+);
 
 /** Parse byte pieces; the events, the parser's final state, or the error it ended with. */
 function parse(pieces, options) {
@@ -31,7 +38,7 @@ function assertSplitInvariant(bytes, options, cutOptions) {
   return expected;
 }
 
-const ev = (data, { event = 'message', id = '', retry = null } = {}) => ({ event, data, id, retry });
+const ev = (data, { event = 'message', id = '', retry = null } = {}) => ({ type: event, data, id, retry });
 const bytesOf = (text) => encoder.encode(text);
 
 describe('SSEParser: the shared vectors (tests/vectors/sse.json)', () => {

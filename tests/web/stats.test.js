@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { readFileSync } from 'node:fs';
-import { percentile } from '../../src/tokenrelay/web/stats.js';
+import { percentile } from '../../src/tokenrelay/web/lib/stats.js';
 
 const VECTORS = JSON.parse(
   readFileSync(new URL('../vectors/percentile.json', import.meta.url), 'utf8'),

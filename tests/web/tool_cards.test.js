@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parseHTML } from 'linkedom';
 import { streamChat } from '../../src/tokenrelay/web/chat.js';
-import { PartialJSON } from '../../src/tokenrelay/web/partial_json.js';
+import { PartialJSON } from '../../src/tokenrelay/web/lib/partial_json.js';
 import { requestBody, DEFAULT_SETTINGS, toolsOf } from '../../src/tokenrelay/web/store.js';
 import { ToolCards, resultForm } from '../../src/tokenrelay/web/tool_cards.js';
 import { encoder, seeded } from './helpers.js';

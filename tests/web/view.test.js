@@ -1,12 +1,12 @@
-// MarkdownView: bytes -> TextDecoder -> frames -> DOM, with a light DOM (linkedom) standing in for the page.
+// MarkdownRenderer: bytes -> TextDecoder -> frames -> DOM, with a light DOM (linkedom) standing in for a page.
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parseHTML } from 'linkedom';
-import { BlockRenderer } from '../../src/tokenrelay/web/blocks.js';
-import { renderTokens } from '../../src/tokenrelay/web/markdown.js';
-import { Smoother } from '../../src/tokenrelay/web/smoother.js';
-import { buildNodes, MarkdownView } from '../../src/tokenrelay/web/view.js';
+import MarkdownIt from 'markdown-it/browser';
+import { renderTokens } from '../../src/tokenrelay/web/lib/markdown_nodes.js';
+import { Smoother } from '../../src/tokenrelay/web/lib/smoother.js';
+import { buildNodes, MarkdownRenderer } from '../../src/tokenrelay/web/lib/view.js';
 import { cuttings, encoder, fixture, makeMarkdown, markdownish, seeded, TRICKY } from './helpers.js';
 
 const md = makeMarkdown();
@@ -32,9 +32,8 @@ function page() {
 }
 
 function view(p, options = {}) {
-  return new MarkdownView({
-    container: p.container,
-    renderer: new BlockRenderer(md),
+  return new MarkdownRenderer(p.container, {
+    markdownIt: MarkdownIt,
     requestFrame: p.requestFrame,
     now: () => p.clock.now,
     ...options,
@@ -74,13 +73,13 @@ function assertSameDOM(text, cutOptions) {
       p.runFrames();
     }
     v.append(decoder.decode());
-    v.end();
+    v.finish();
     p.runFrames();
     assert.equal(html(p.container), expected, `${JSON.stringify(text.slice(0, 40))}: ${name}`);
   }
 }
 
-describe('MarkdownView: the same DOM for every cut of the bytes', () => {
+describe('MarkdownRenderer: the same DOM for every cut of the bytes', () => {
   test('reply fixture: every byte offset, byte by byte and random cuts, a frame after each piece', () => {
     assertSameDOM(fixture('reply.md'));
   });
@@ -97,7 +96,7 @@ describe('MarkdownView: the same DOM for every cut of the bytes', () => {
   });
 });
 
-describe('MarkdownView: at most one DOM write per animation frame', () => {
+describe('MarkdownRenderer: at most one DOM write per animation frame', () => {
   test('deltas arriving between frames are batched into one write', () => {
     const p = page();
     const v = view(p);
@@ -135,7 +134,7 @@ describe('MarkdownView: at most one DOM write per animation frame', () => {
       assert.equal(title.outerHTML, '<h1>Title</h1>');
       assert.equal(first.outerHTML, '<p>First paragraph.</p>');
     }
-    v.end();
+    v.finish();
     p.runFrames();
     assert.equal(
       html(p.container),
@@ -154,7 +153,7 @@ describe('MarkdownView: at most one DOM write per animation frame', () => {
     assert.equal(second.childNodes.length, 8, 'paragraphs 32..38 closed and 39, still open');
     const before = full.outerHTML;
     v.append('more');
-    v.end();
+    v.finish();
     p.runFrames();
     assert.equal(p.container.childNodes[0], full);
     assert.equal(full.outerHTML, before);
@@ -179,14 +178,14 @@ describe('MarkdownView: at most one DOM write per animation frame', () => {
     assert.equal(html(p.container), '<h1>Hello, world</h1>', 'a change of kind replaces the element');
   });
 
-  test('end() resolves after the last frame has drawn everything', async () => {
+  test('finish() resolves after the last frame has drawn everything', async () => {
     const p = page();
     const v = view(p);
     v.append('**Menu');
     p.runFrames();
     assert.equal(html(p.container), '<p>**Menu</p>');
     v.append('**');
-    const done = v.end();
+    const done = v.finish();
     p.runFrames();
     await done;
     assert.equal(html(p.container), '<p><strong>Menu</strong></p>');
@@ -194,8 +193,8 @@ describe('MarkdownView: at most one DOM write per animation frame', () => {
   });
 });
 
-describe('MarkdownView with smoothing', () => {
-  test('text comes out over several frames, one write each, and end() flushes the rest', async () => {
+describe('MarkdownRenderer with smoothing', () => {
+  test('text comes out over several frames, one write each, and finish() flushes the rest', async () => {
     const p = page();
     const v = view(p, { smoother: new Smoother({ maxDelayMs: 200 }) });
     v.append('warm-up ');
@@ -210,7 +209,7 @@ describe('MarkdownView with smoothing', () => {
     assert.equal(v.writes, seen.filter((t, i) => t !== (seen[i - 1] ?? '')).length);
     assert.ok(seen[0].length < seen[3].length, `text should grow frame by frame: ${JSON.stringify(seen)}`);
     assert.ok(!seen[3].endsWith('out'), 'still holding some text');
-    const done = v.end();
+    const done = v.finish();
     p.runFrames();
     await done;
     assert.equal(p.container.textContent, 'warm-up then a burst of text to spread out');
@@ -244,5 +243,50 @@ describe('buildNodes', () => {
     for (const node of buildNodes(document, ['<img src=x onerror=alert(1)>'])) div.appendChild(node);
     assert.equal(div.children.length, 0);
     assert.equal(div.innerHTML, '&lt;img src=x onerror=alert(1)&gt;');
+  });
+});
+
+describe('MarkdownRenderer: words added to the last line are not parsed again', () => {
+  // Text as a model writes it, cut as a tokenizer would: most pieces are " word", and most frames only
+  // extend the last line's text (blocks.js's _extend), the rest are parsed.
+  // prettier-ignore
+  const PIECES = [
+    ' the', ' model', ' 中文', ' naïve', ' 👩‍💻', ' x1', ' 1', '.', ',', ':', '?', "'s", ' "q"', ' a/b', ' 42%',
+    '\n', '\n\n', '\n- ', '\n1. ', '\n# ', '\n> ', '\n    ', ' **', '**', ' *', '_', ' `', '`', ' [', '](https://a.b)',
+    ' <', '>', ' &amp', ';', ' |', ' ~~', ' \\', '!', ' -', '-', '=', '#', '  ', ' \n', '1', ')', '\n| a | b |\n|--|--|\n| c',
+  ];
+  const tokenize = (text) => text.match(/ ?[A-Za-z]{1,6}|[0-9]{1,3}|\n|[ \t]+|[^A-Za-z0-9\s]/gu) ?? [];
+
+  test('the same DOM as the one-shot render, for random text in token-sized pieces', () => {
+    const random = seeded(2032);
+    let parses = 0;
+    let updates = 0;
+    class Counting extends MarkdownIt {
+      parse(src, env) {
+        parses += 1;
+        return super.parse(src, env);
+      }
+    }
+    for (let run = 0; run < 300; run++) {
+      let text = '';
+      for (let n = 5 + Math.floor(random() * 60); n > 0; n--) {
+        const r = random();
+        text += r < 0.7 ? PIECES[Math.floor(random() * 15)] : PIECES[Math.floor(random() * PIECES.length)];
+      }
+      const p = page();
+      const v = new MarkdownRenderer(p.container, {
+        markdownIt: Counting,
+        requestFrame: p.requestFrame,
+        now: () => 0,
+      });
+      for (const token of tokenize(text)) {
+        v.append(token);
+        updates += p.runFrames();
+      }
+      v.finish();
+      p.runFrames();
+      assert.equal(html(p.container), oneShotHTML(text), JSON.stringify(text));
+    }
+    assert.ok(parses < updates * 0.8, `${parses} parses for ${updates} updates: the words were extended`);
   });
 });

@@ -1,6 +1,7 @@
 """The chat page: ``/`` (GET and HEAD), its modules under ``/static/``, and its libraries under ``/static/vendor/``.
 
-The page's own files are ``tokenrelay/web/*.{html,js,css,svg}``. Its two libraries (markdown-it, highlight.js)
+The page's own files are ``tokenrelay/web/*.{html,js,css,svg}``; the modules it shares with the npm package
+``tokenrelay`` are ``tokenrelay/web/lib/*.js``, served under ``/static/lib/``. Its two libraries (markdown-it, highlight.js)
 come from npm; ``web/vendor.json`` names the file each one ships. A built wheel carries them in
 ``tokenrelay/web/vendor/`` with their licences (``hatch_build.py`` copies them from ``node_modules`` at build
 time), so an installed server needs no npm (issue 14). A source checkout has no ``vendor/`` directory and is
@@ -65,6 +66,8 @@ def mount_page(app: FastAPI, web_dir: Path = WEB_DIR) -> None:
     if not index.is_file():
         return
     files = {p.name: p for p in web_dir.iterdir() if p.suffix in _TYPES}
+    lib = web_dir / "lib"
+    lib_files = {p.name: p for p in lib.iterdir() if p.suffix == ".js"} if lib.is_dir() else {}
     vendor = vendor_files(web_dir)
     favicon = files.get("favicon.svg")
 
@@ -91,6 +94,12 @@ def mount_page(app: FastAPI, web_dir: Path = WEB_DIR) -> None:
                 f"/static/vendor/{name}: not installed (in a source checkout, run `npm ci` in the project)"
             )
         return serve_file(path)
+
+    @app.api_route("/static/lib/{name}", methods=["GET", "HEAD"], include_in_schema=False)
+    async def lib_file(name: str) -> Response:
+        if name not in lib_files:
+            raise NotFoundError(f"/static/lib/{name}: no such file")
+        return serve_file(lib_files[name])
 
     @app.api_route("/static/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     async def static(name: str) -> Response:

@@ -2,21 +2,21 @@
 // Everything that can be tested without a browser lives in the modules imported here; this file wires them
 // to the document.
 //
-// The libraries (markdown-it, highlight.js) are ES modules served under /static/vendor/ (server/page.py:
-// from the wheel, or from node_modules in a checkout). They are imported by path, not through an import
+// The modules under lib/ are the npm package `tokenrelay` (lib/package.json): the page draws with the same
+// files JS developers install. The libraries (markdown-it, highlight.js) are ES modules served under
+// /static/vendor/ (server/page.py: from the wheel, or from node_modules in a checkout), handed to the
+// package's MarkdownRenderer as options. They are imported by path, not through an import
 // map, so the page needs no inline script and runs under a CSP without 'unsafe-inline' or hashes. They are
 // imported dynamically so that a missing library says so on the page instead of leaving it dead; without
 // highlight.js code blocks are plain text, without markdown-it nothing can be sent.
 
-import { BlockRenderer } from './blocks.js';
 import { streamChat } from './chat.js';
-import { createHighlighter } from './code.js';
 import { JSONView } from './json_view.js';
-import { RelayRecorder, drawLanes, heldText } from './lanes.js';
-import { createMarkdown } from './markdown.js';
+import { RelayRecorder, drawLanes, heldText } from './lib/lanes.js';
+import { Smoother } from './lib/smoother.js';
+import { MarkdownRenderer } from './lib/view.js';
 import { SettingsPanel } from './settings.js';
 import { ToolCards, resultForm } from './tool_cards.js';
-import { Smoother } from './smoother.js';
 import { ConversationStore, loadSettings, requestBody, responseFormat } from './store.js';
 import {
   actionButton,
@@ -27,7 +27,6 @@ import {
   liveText,
   showOutcome,
 } from './turns.js';
-import { MarkdownView } from './view.js';
 
 const MARKDOWN_IT = '/static/vendor/markdown-it.esm.min.mjs';
 const HIGHLIGHT = '/static/vendor/highlight.min.mjs';
@@ -47,7 +46,7 @@ const store = new ConversationStore(storage);
 const panel = new SettingsPanel(document, storage, loadSettings(storage), settingChanged);
 const settings = panel.settings;
 
-/** The configured markdown-it, once its module has loaded (null until then, or if it cannot). */
+/** markdown-it (the library's class), once its module has loaded (null until then, or if it cannot). */
 let md = null;
 let highlight = null;
 /** @type {import('./store.js').Conversation} */
@@ -137,7 +136,7 @@ async function reply() {
   };
   const view = json
     ? new JSONView(options)
-    : new MarkdownView({ ...options, renderer: new BlockRenderer(md, { highlight }) });
+    : new MarkdownRenderer(turn.body, { ...options, markdownIt: md, highlighter: highlight });
   const controller = new AbortController();
   current = { controller, view };
   setBusy(true);
@@ -164,7 +163,7 @@ async function reply() {
       relay?.handed(hop);
     },
   });
-  await view.end();
+  await view.finish();
   current = null;
   // What was shown stays in the conversation, even when cut short, so the next turn sees the same thing.
   const { status, error, finishReason, ttftMs, tokensPerSecond, tokens, totalMs } = outcome;
@@ -252,16 +251,16 @@ function showAssistantTurn(index) {
       requestFrame: (callback) => callback(performance.now()),
     });
     if (message.content !== '') view.append(message.content);
-    view.end();
+    view.finish();
   } else if (md !== null) {
-    // A kept reply is drawn in one go: the same renderer and view, with frames run at once.
-    const view = new MarkdownView({
-      container: turn.body,
-      renderer: new BlockRenderer(md, { highlight }),
+    // A kept reply is drawn in one go: the same renderer, with frames run at once.
+    const view = new MarkdownRenderer(turn.body, {
+      markdownIt: md,
+      highlighter: highlight,
       requestFrame: (callback) => callback(performance.now()),
     });
     if (message.content !== '') view.append(message.content);
-    view.end();
+    view.finish();
     addCodeCopyButtons(turn.body);
   } else {
     turn.body.textContent = message.content;
@@ -458,7 +457,7 @@ function pageError(message) {
 
 async function loadMarkdown() {
   try {
-    return createMarkdown((await import(MARKDOWN_IT)).default);
+    return (await import(MARKDOWN_IT)).default;
   } catch (error) {
     pageError(
       `Error: the Markdown library did not load from ${MARKDOWN_IT} (${error.message}). ` +
@@ -471,7 +470,7 @@ async function loadMarkdown() {
 
 async function loadHighlighter() {
   try {
-    return createHighlighter((await import(HIGHLIGHT)).default);
+    return (await import(HIGHLIGHT)).default;
   } catch {
     return null; // Code blocks stay plain text.
   }

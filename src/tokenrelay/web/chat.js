@@ -1,14 +1,11 @@
 // The chat completions stream, from the page's side: POST /v1/chat/completions with stream: true, read the
 // SSE body, and tell a finished answer from a stopped, failed or truncated one (the page must never show a
-// cut-off answer as a whole one).
-//
-// OpenAI streaming format: each `data:` line holds a chat.completion.chunk; text is in
-// choices[0].delta.content, the end in choices[0].finish_reason; with stream_options.include_usage a last
-// chunk with `choices: []` carries `usage`; `data: [DONE]` closes the stream. A server that fails mid-stream
-// sends `data: {"error": {...}}`. A stream that ends without finish_reason or [DONE] is truncated: the answer
-// may look complete but is not.
+// cut-off answer as a whole one). The chunks are read by the package's ChunkReader (lib/reply_chat.js, the
+// same reader `tokenrelay/reply` uses); this module adds what the page shows: live numbers, hop times for
+// the relay lanes, and an Outcome for every ending.
 
-import { SSEParser } from './sse.js';
+import { ChunkReader } from './lib/reply_chat.js';
+import { SSEParser } from './lib/sse.js';
 
 /**
  * @typedef {'finished' | 'stopped' | 'error' | 'truncated'} Status
@@ -34,125 +31,6 @@ export function streamStats({ started, firstAt, lastAt, tokens }) {
     tokens,
     tokensPerSecond: span > 0 && tokens > 1 ? (tokens - 1) / span : null,
   };
-}
-
-const isObject = (value) => value !== null && typeof value === 'object' && !Array.isArray(value);
-const isCount = (value) => typeof value === 'number' && Number.isInteger(value);
-
-/**
- * Reads the chunks of one reply (sans-I/O): feed(event) returns the new content text, if any.
- * The fields say where the stream stands; status() names the outcome once the stream has ended.
- * The rules are the Python client's (tokenrelay.wire._chat_reader.ChatStreamDecoder and choice_content), checked on
- * the same vectors (tests/vectors/chat_chunks.json): data that is not a JSON object, or a usage without
- * integer counts, is a protocol error; an `error` member is the server's error; an object without a
- * `choices` list is not a chunk and adds nothing; the choice read is the one whose index is 0 (a missing
- * index is 0): its delta.content (or a legacy text) and its finish_reason, when they are strings.
- * Tool calls (delta.tool_calls, issue 21) gather in `toolCalls`, one per index in the order they started:
- * tool_calls must be a list of objects with an integer index ≥ 0, a `function` (when present) an object whose
- * `arguments` (when present and not null) is a string; a call's first delta must name its function; later
- * ones add argument fragments (an id or name they repeat is ignored). Anything else is a protocol error.
- */
-export class ChunkReader {
-  constructor() {
-    this.content = '';
-    this.finishReason = null;
-    this.usage = null;
-    this.error = null;
-    this.errorKind = null; // 'protocol' (not a chunk we can read) or 'server' (an in-stream error)
-    this.done = false; // [DONE] seen
-    this.chunks = 0; // chunks that carried content: the token count when the server sends no usage
-    this.notChunks = 0; // JSON objects without a choices list (ignored)
-    this.timing = null; // the last chunk's `tokenrelay` field (stream_options.include_step_times), if any
-    /** @type {{index: number, id: string | null, name: string, arguments: string}[]} */
-    this.toolCalls = [];
-    this.toolDeltas = []; // the last event's tool-call deltas: {index, id, name, arguments} (null when absent)
-  }
-
-  /** @param {{data: string}} event @returns {string} content added by this event */
-  feed(event) {
-    this.toolDeltas = [];
-    if (this.done || this.error !== null) return '';
-    if (event.data === '[DONE]') {
-      this.done = true;
-      return '';
-    }
-    let chunk;
-    try {
-      chunk = JSON.parse(event.data);
-    } catch {
-      return this.fail('protocol', `bad chunk from the server: ${event.data.slice(0, 120)}`);
-    }
-    if (!isObject(chunk)) return this.fail('protocol', 'bad chunk from the server');
-    if (chunk.error !== undefined && chunk.error !== null) {
-      const message = isObject(chunk.error) ? chunk.error.message : chunk.error;
-      return this.fail('server', String(message || 'the server reported an error'));
-    }
-    if (isObject(chunk.usage)) {
-      if (!isCount(chunk.usage.prompt_tokens) || !isCount(chunk.usage.completion_tokens))
-        return this.fail('protocol', 'bad usage from the server');
-      this.usage = chunk.usage;
-    }
-    this.timing = isObject(chunk.tokenrelay) ? chunk.tokenrelay : null;
-    if (!Array.isArray(chunk.choices)) {
-      this.notChunks += 1;
-      return '';
-    }
-    const choice = chunk.choices.find((c) => isObject(c) && (Object.hasOwn(c, 'index') ? c.index : 0) === 0);
-    if (choice === undefined) return '';
-    if (isObject(choice.delta) && choice.delta.tool_calls !== undefined && choice.delta.tool_calls !== null) {
-      const problem = this.readToolCalls(choice.delta.tool_calls);
-      if (problem !== null) return this.fail('protocol', problem);
-    }
-    if (typeof choice.finish_reason === 'string') this.finishReason = choice.finish_reason;
-    const text = isObject(choice.delta) ? choice.delta.content : choice.text;
-    if (typeof text !== 'string' || text === '') return '';
-    this.content += text;
-    this.chunks += 1;
-    return text;
-  }
-
-  /** Reads one delta's tool_calls into `toolCalls`; a description of what is wrong, or null. */
-  readToolCalls(calls) {
-    if (!Array.isArray(calls)) return 'bad tool calls from the server';
-    const deltas = [];
-    for (const call of calls) {
-      if (!isObject(call) || !isCount(call.index) || call.index < 0) return 'bad tool call from the server';
-      const fn = call.function ?? {};
-      if (!isObject(fn)) return 'bad tool call from the server';
-      const args = fn.arguments ?? '';
-      if (typeof args !== 'string') return 'bad tool call arguments from the server';
-      deltas.push({
-        index: call.index,
-        id: typeof call.id === 'string' ? call.id : null,
-        name: typeof fn.name === 'string' ? fn.name : null,
-        arguments: args,
-      });
-    }
-    for (const delta of deltas) {
-      let known = this.toolCalls.find((c) => c.index === delta.index);
-      if (known === undefined) {
-        if (!delta.name) return `tool call ${delta.index} has no function name`;
-        known = { index: delta.index, id: delta.id, name: delta.name, arguments: '' };
-        this.toolCalls.push(known);
-      }
-      known.arguments += delta.arguments;
-    }
-    this.toolDeltas = deltas;
-    return null;
-  }
-
-  /** @returns {''} */
-  fail(kind, message) {
-    this.errorKind = kind;
-    this.error = message;
-    return '';
-  }
-
-  /** The outcome of a stream that has ended (EOF or [DONE]). */
-  status() {
-    if (this.error !== null) return 'error';
-    return this.done || this.finishReason !== null ? 'finished' : 'truncated';
-  }
 }
 
 /**

@@ -18,8 +18,8 @@
 // window.tokenrelayDoctorRun(options) instead.
 
 import { streamChat } from './chat.js';
-import { LANES, RelayRecorder, alignSends, drawLanes, heldText, laneStats } from './lanes.js';
-import { SSEParser } from './sse.js';
+import { LANES, RelayRecorder, alignSends, drawLanes, heldText, laneStats } from './lib/lanes.js';
+import { SSEParser } from './lib/sse.js';
 
 export { LANES, drawLanes };
 
@@ -118,8 +118,8 @@ export async function runDoctor({
     const parsed = parser.feed(value);
     const parseAt = now();
     for (const event of parsed) {
-      if (event.event === 'schedule') schedule = JSON.parse(event.data);
-      if (event.event !== 'message' || event.data === '[DONE]') continue;
+      if (event.type === 'schedule') schedule = JSON.parse(event.data);
+      if (event.type !== 'message' || event.data === '[DONE]') continue;
       const text = JSON.parse(event.data).choices[0].delta.content;
       const record = { arrive, parse: parseAt, render: null, paint: null };
       timed.set(Number(event.id), record);

@@ -1,5 +1,5 @@
 // A JSON reply drawn as a tree while it streams (issue 20 §4): PartialJSON (partial_json.js) reads the text,
-// and its events build the tree in place, at most one DOM write per animation frame, as MarkdownView does
+// and its events build the tree in place, at most one DOM write per animation frame, as MarkdownRenderer does
 // for prose. The snapshot rule makes the tree stable: a key appears with its value, a string grows in its
 // own text node, a number appears once complete, and no node ever changes type, moves or disappears (a
 // repeated key replaces its value in the row it already has, as JSON.parse keeps the first position).
@@ -8,12 +8,12 @@
 //   object  <ul class="json-object"> of <li class="json-member"><span class="json-key">k</span> value</li>
 //   array   <ol class="json-array">  of <li class="json-item">value</li>
 //   string  <span class="json-string">text</span>   number, boolean, null: <span class="json-number">…
-// A value still streaming has the class `open`; when the reply ends, end() says how: `complete` (finish()
+// A value still streaming has the class `open`; when the reply ends, finish() says how: `complete` (finish()
 // gave the value), `truncated` (the text ended inside the value: the tree is marked cut, never completed)
 // or `invalid` (the text is not JSON: the tree so far stays, with the reason and the text as it came).
 
-import { JSONSyntaxError, PartialJSON, TruncatedJSONError } from './partial_json.js';
-import { FrameView } from './view.js';
+import { JSONSyntaxError, PartialJSON, TruncatedJSONError } from './lib/partial_json.js';
+import { FrameView } from './lib/view.js';
 
 const KIND_CLASS = {
   object: 'json-object',
@@ -109,8 +109,8 @@ export class JSONTree {
 }
 
 /**
- * One JSON reply, drawn into `container` as it streams. A FrameView (view.js), as MarkdownView is: each frame
- * feeds the parser and applies its events, one DOM write; end() draws the rest, finishes the parser and
+ * One JSON reply, drawn into `container` as it streams. A FrameView (lib/view.js), as MarkdownRenderer is: each frame
+ * feeds the parser and applies its events, one DOM write; finish() draws the rest, finishes the parser and
  * resolves with how the value ended (`result`).
  */
 export class JSONView extends FrameView {
@@ -119,7 +119,7 @@ export class JSONView extends FrameView {
    *   container: Element,
    *   requestFrame?: (callback: (now: number) => void) => unknown,
    *   now?: () => number,
-   *   smoother?: import('./smoother.js').Smoother | null,
+   *   smoother?: import('./lib/smoother.js').Smoother | null,
    *   onWrite?: () => void,
    * }} options
    */

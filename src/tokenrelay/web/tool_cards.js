@@ -6,7 +6,7 @@
 // The page runs no tool: once the reply has ended, each card gets a field for the result the user gives
 // (resultForm), which app.js sends back as a `tool` message.
 
-import { JSONSyntaxError, PartialJSON } from './partial_json.js';
+import { JSONSyntaxError, PartialJSON } from './lib/partial_json.js';
 
 /**
  * @typedef {{index: number, id: string | null, name: string, arguments: string}} ToolCall (chat.js's reading)

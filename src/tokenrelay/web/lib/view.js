@@ -1,20 +1,29 @@
-// The last hop: rendered blocks -> DOM, at most one write per animation frame. Text from the
-// network is only buffered when it arrives; one frame callback moves what is due into the BlockRenderer and
-// brings the open tail's nodes up to date, in one go, changing only what differs. Once a block is closed its
-// nodes are never touched again. The container holds the blocks in groups: <div class="blocks">block…</div>
+// The last hop: rendered blocks -> DOM, at most one write per animation frame (MarkdownRenderer, the
+// `tokenrelay/markdown` entry's class; the page draws its replies with it too). Text from the network is only
+// buffered when it arrives; one frame callback moves what is due into the BlockRenderer and brings the open
+// tail's nodes up to date, in one go, changing only what differs. Once a block is closed its nodes are never
+// touched again. The container holds the blocks in groups: <div class="blocks">block…</div>
+//
+// Bounded work per frame: a frame whose update took longer than FRAME_BUDGET_MS (a huge open block: a
+// megabyte line, a table of ten thousand columns) makes the next updates wait that many budgets, the text
+// gathering meanwhile, so the tab keeps answering however hostile the text; the end always draws it all.
 
-import { ALLOWED_ATTRS, ALLOWED_TAGS } from './markdown.js';
+import { BlockRenderer } from './blocks.js';
+import { createHighlighter } from './code.js';
+import { ALLOWED_ATTRS, ALLOWED_TAGS, createMarkdown } from './markdown_nodes.js';
 
 // Blocks go into <div class="blocks"> groups of this many. Layout visits every child of a box, even clean
 // ones, so a reply of a thousand blocks side by side makes each frame's layout a thousand steps long; in
 // groups it stays a few dozen (measured in Chromium: 0.9 ms vs 0.17 ms a frame at 1000 blocks).
 const GROUP_SIZE = 32;
+// A frame's share of the renderer's work; an update over it makes the next ones wait (see above).
+const FRAME_BUDGET_MS = 8;
 
 /**
  * DOM nodes for a node description: createElement, setAttribute and createTextNode only, so description
  * text can never become markup. A tag or attribute outside the renderer's lists is refused outright.
  * @param {Document} doc
- * @param {import('./markdown.js').Node[]} nodes
+ * @param {import('./markdown_nodes.js').Node[]} nodes
  * @returns {Node[]}
  */
 export function buildNodes(doc, nodes) {
@@ -38,7 +47,7 @@ function build(doc, node) {
 /**
  * What every streamed view shares: append(text) only buffers (through a Smoother when given) and asks for
  * a frame; the frame hands what is due to the subclass's _draw(text, ended), which does all DOM work. With a
- * Smoother, frames keep coming while it holds any. end() flushes everything into a last frame; the returned
+ * Smoother, frames keep coming while it holds any. finish() flushes everything into a last frame; the returned
  * promise resolves after that frame has drawn, with the subclass's _outcome().
  */
 export class FrameView {
@@ -66,7 +75,7 @@ export class FrameView {
 
   /** Text from the stream; drawn at the next frame (or later, with smoothing). */
   append(text) {
-    if (this._ended) throw new Error(`${this.constructor.name}.append() after end()`);
+    if (this._ended) throw new Error(`${this.constructor.name}.append() after finish()`);
     if (text === '') return;
     if (this._smoother) this._smoother.push(text, this._now());
     else this._buffer += text;
@@ -81,7 +90,7 @@ export class FrameView {
   }
 
   /** The stream is over: draw everything left. Resolves once the last frame has drawn. */
-  end() {
+  finish() {
     if (!this._done) {
       this._ended = true;
       this._done = new Promise((resolve) => {
@@ -124,36 +133,107 @@ export class FrameView {
     throw new Error(`${this.constructor.name} does not draw (${text.length}, ${ended})`);
   }
 
-  /** What end()'s promise resolves with. */
+  /** What finish()'s promise resolves with. */
   _outcome() {
     return undefined;
   }
 }
 
-/** One reply's Markdown, drawn into `container` as it streams (the frames are FrameView's). */
-export class MarkdownView extends FrameView {
+/** The markdown-it set up by createMarkdown, once per library. */
+const configured = new WeakMap();
+
+/**
+ * Streamed Markdown drawn into `container`: `append(text)` as it arrives, `finish()` at the end, or
+ * `set(text)` with the whole text so far (for frameworks that hold the text). Safe by default: no raw HTML,
+ * only http(s) and mailto links, images as links (markdown_nodes.js). Frames are FrameView's.
+ */
+export class MarkdownRenderer extends FrameView {
   /**
+   * @param {Element} container
    * @param {{
-   *   container: Element,
-   *   renderer: import('./blocks.js').BlockRenderer,
+   *   markdownIt: new (options: object) => any,
+   *   highlighter?: import('./code.js').HLJSApi | import('./markdown_nodes.js').Highlighter | null,
    *   requestFrame?: (callback: (now: number) => void) => unknown,
    *   now?: () => number,
    *   smoother?: import('./smoother.js').Smoother | null,
    *   onWrite?: () => void,
-   * }} options
+   *   skipOffscreen?: boolean,
+   * }} options markdownIt: markdown-it's default export (the entry passes it); highlighter: highlight.js
+   *   (its default export) or a function (code, language) → nodes; skipOffscreen: full groups of blocks get
+   *   `content-visibility: auto` (the default; false leaves their style alone)
    */
-  constructor({ container, renderer, ...frames }) {
+  constructor(container, { markdownIt, highlighter = null, skipOffscreen = true, ...frames }) {
     super(frames);
+    this._skipOffscreen = skipOffscreen;
+    if (!container || typeof container.appendChild !== 'function')
+      throw new TypeError('MarkdownRenderer needs a container element');
+    if (typeof markdownIt !== 'function') throw new TypeError('MarkdownRenderer needs markdown-it');
+    let md = configured.get(markdownIt);
+    if (md === undefined) configured.set(markdownIt, (md = createMarkdown(markdownIt)));
+    this._md = md;
+    this._highlight =
+      typeof highlighter?.highlight === 'function' ? createHighlighter(highlighter) : highlighter;
     this._container = container;
-    this._renderer = renderer;
+    this._text = ''; // every text appended, for set()
+    this._reset();
+  }
+
+  /** The text given so far (appended, or the last set()). */
+  get text() {
+    return this._text;
+  }
+
+  append(text) {
+    if (typeof text !== 'string') throw new TypeError('MarkdownRenderer.append() takes a string');
+    super.append(text);
+    this._text += text;
+  }
+
+  /**
+   * The whole text so far: what extends the last text is appended; any other text is drawn anew (at the
+   * next frame, as always). An empty text clears the container.
+   * @param {string} text
+   */
+  set(text) {
+    if (typeof text !== 'string') throw new TypeError('MarkdownRenderer.set() takes a string');
+    if (text.length >= this._text.length && text.startsWith(this._text)) {
+      if (text.length > this._text.length) this.append(text.slice(this._text.length));
+      return;
+    }
+    if (this._ended) throw new Error('MarkdownRenderer.set() after finish()');
+    if (this._smoother) this._smoother.finish(); // what it held belongs to the old text
+    this._buffer = '';
+    this._text = '';
+    this._reset();
+    this._container.replaceChildren();
+    if (text !== '') this.append(text);
+  }
+
+  _reset() {
+    this._renderer = new BlockRenderer(this._md, { highlight: this._highlight });
     this._open = []; // the open tail's description as drawn
     this._openNodes = []; // and its nodes, the last ones in the container
     this._group = null; // the <div class="blocks"> new blocks go into
+    this._wait = 0; // frames to let pass before the next update (the budget, above)
   }
 
   _draw(text, ended) {
     if (text !== '') this._renderer.push(text);
-    const { closed, open } = ended ? this._renderer.finish() : this._renderer.update();
+    if (!ended && this._wait > 0) {
+      this._wait -= 1;
+      this._schedule(); // the text waits in the BlockRenderer; a later frame draws it
+      return false;
+    }
+    const start = this._now();
+    let update;
+    try {
+      update = ended ? this._renderer.finish() : this._renderer.update();
+    } catch (error) {
+      // markdown-it failed on this text (none known): the text is shown as text rather than lost.
+      update = { closed: [], open: [this._renderer.tail] };
+      reportError(error);
+    }
+    const { closed, open } = update;
     if (closed.length === 0 && open === null) return false;
     const doc = this._container.ownerDocument;
     // The blocks that closed were the first of the open tail, drawn already: patching them into their
@@ -162,16 +242,29 @@ export class MarkdownView extends FrameView {
     const nodes = patchChildren(doc, (node) => this._appendBlock(node), this._open, this._openNodes, next);
     this._open = open ?? [];
     this._openNodes = nodes.slice(closed.length);
+    this._wait = Math.min(60, Math.floor((this._now() - start) / FRAME_BUDGET_MS));
     return true;
   }
 
   _appendBlock(node) {
     if (this._group === null || this._group.childNodes.length >= GROUP_SIZE) {
+      // The group before is full: the browser may skip its style, layout and paint while it is off screen
+      // (content-visibility), keeping its last size. Without it every frame repaints and commits the whole
+      // reply's display list (traced: Paint, PrePaint and Commit grew with the reply, 4x from the first
+      // tenth of 10k tokens to the last). Set through CSSOM, which a strict style-src allows.
+      if (this._group !== null && this._skipOffscreen) {
+        this._group.style.contentVisibility = 'auto';
+        this._group.style.containIntrinsicSize = 'auto 800px';
+      }
       this._group = this._container.appendChild(this._container.ownerDocument.createElement('div'));
       this._group.className = 'blocks';
     }
     return this._group.appendChild(node);
   }
+}
+
+function reportError(error) {
+  if (typeof globalThis.reportError === 'function') globalThis.reportError(error);
 }
 
 /**

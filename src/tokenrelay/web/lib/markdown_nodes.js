@@ -1,5 +1,5 @@
-// Markdown -> a safe description of DOM nodes. markdown-it parses; this module decides what may reach the
-// page. Model output is untrusted text, and the page's rule is that it can never inject markup or script, so:
+// Markdown -> a safe description of DOM nodes (inside `tokenrelay/markdown`, and the page's). markdown-it
+// parses; this module decides what may reach the page. Model output is untrusted text, and the page's rule is that it can never inject markup or script, so:
 //
 //   - markdown-it runs with html: false, so raw HTML in the reply stays text (and any html token a future
 //     option or plugin let through is still written as text below);
@@ -98,11 +98,7 @@ export function renderTokens(tokens, from = 0, to = tokens.length, highlight = n
     } else if (token.type === 'inline') {
       renderInline(token.children ?? [], top);
     } else if (token.type === 'fence' || token.type === 'code_block') {
-      const language = token.info ? token.info.trim().split(/\s+/)[0] : '';
-      const attrs = LANGUAGE.test(language) ? { class: `language-${language}` } : null;
-      const code = append(append(top, element('pre', null)), element('code', attrs));
-      const nodes = attrs !== null && highlight !== null ? highlight(token.content, language) : null;
-      code.children.push(...(nodes ?? [token.content]));
+      top.children.push(codeBlock(token.info, token.content, highlight));
     } else if (token.type === 'hr') {
       append(top, element('hr', null));
     } else if (token.content) {
@@ -111,6 +107,23 @@ export function renderTokens(tokens, from = 0, to = tokens.length, highlight = n
     }
   }
   return root.children;
+}
+
+/**
+ * A fenced or indented code block: <pre><code class="language-…">, its content highlighted when a language
+ * is named and a highlighter given, else plain text. blocks.js builds an open fence with it too.
+ * @param {string} info the fence's info string (markdown-it's token.info)
+ * @param {string} content
+ * @param {Highlighter | null} highlight
+ * @returns {Node}
+ */
+export function codeBlock(info, content, highlight) {
+  const language = info ? info.trim().split(/\s+/)[0] : '';
+  const attrs = LANGUAGE.test(language) ? { class: `language-${language}` } : null;
+  const code = element('code', attrs);
+  const nodes = attrs !== null && highlight !== null ? highlight(content, language) : null;
+  code.children.push(...(nodes ?? [content]));
+  return { tag: 'pre', attrs: null, children: [code] };
 }
 
 function renderInline(tokens, parent) {

@@ -1,5 +1,6 @@
-// Server-sent events for the page: the WHATWG "event stream interpretation", rule by rule, mirroring the
-// Python SSEParser in src/tokenrelay/_sse.py (both run the shared vectors in tests/vectors/sse.json).
+// Server-sent events (the `tokenrelay/sse` entry; the page reads its streams with it too): the WHATWG
+// "event stream interpretation", rule by rule, mirroring the Python SSEParser in src/tokenrelay/wire/_sse.py
+// (both run the shared vectors in tests/vectors/sse.json).
 // https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation
 //
 //   bytes          one TextDecoder per stream with {stream: true}: UTF-8 with U+FFFD replacement, never an
@@ -47,12 +48,19 @@ export class SSEError extends Error {
 }
 
 /**
- * @typedef {{event: string, data: string, id: string, retry: number | null}} ServerSentEvent
- * `id` is the stream's last event id when the event was dispatched (it is sticky); `retry` is the
- * reconnection time set by a `retry` field inside this event, else null.
+ * @typedef {{type: string, data: string, id: string, retry: number | null}} ServerSentEvent
+ * `type` is the event type (the `event` field, else "message"), as a DOM MessageEvent names it; `id` is the
+ * stream's last event id when the event was dispatched (it is sticky); `retry` is the reconnection time set
+ * by a `retry` field inside this event, else null.
  */
 
-/** Incremental parser: `feed(Uint8Array) -> ServerSentEvent[]`, then `close()`. See the contract above. */
+const encoder = new TextEncoder();
+
+/**
+ * Incremental parser: `feed(chunk) -> ServerSentEvent[]`, then `close()`. See the contract above. A chunk is
+ * bytes (a Uint8Array, as a fetch body gives them) or a string, which is taken as its UTF-8 bytes (a lone
+ * surrogate in it becomes U+FFFD); one stream may mix both.
+ */
 export class SSEParser {
   /** @param {{maxEventBytes?: number, lastEventId?: string}} [options] */
   constructor({ maxEventBytes = DEFAULT_MAX_EVENT_BYTES, lastEventId = '' } = {}) {
@@ -100,12 +108,15 @@ export class SSEParser {
    * Parse the next chunk and return the events it completed. When the chunk breaks the size limit, the
    * events completed before the offending line are returned and the SSEError is thrown by the next call;
    * it is thrown at once when there are none.
-   * @param {Uint8Array} chunk
+   * @param {Uint8Array | string} chunk
    * @returns {ServerSentEvent[]}
    */
   feed(chunk) {
     if (this._error) throw this._error;
     if (this._closed) throw new Error('SSEParser.feed() after close()');
+    if (typeof chunk === 'string') chunk = encoder.encode(chunk);
+    else if (!(chunk instanceof Uint8Array))
+      throw new TypeError('SSEParser.feed() takes a Uint8Array or a string');
     const events = [];
     this._measure(chunk);
     this._text(this._decoder.decode(chunk, { stream: true }), events);
@@ -234,7 +245,7 @@ export class SSEParser {
     if (this._data !== null) {
       events.push(
         Object.freeze({
-          event: this._eventType || 'message',
+          type: this._eventType || 'message',
           data: this._data,
           id: this._lastEventId,
           retry: this._retryField,
@@ -254,5 +265,27 @@ export class SSEParser {
       'sse_event_too_large',
     );
     this._partial = '';
+  }
+}
+
+/**
+ * The parser as a TransformStream: `response.body.pipeThrough(new SSEParserStream())` is a stream of
+ * ServerSentEvent objects. Chunks may be bytes or strings. At the end of the input the parser is closed;
+ * an input over the size limit errors the stream with the SSEError. `parser` is there to read
+ * `lastEventId`, `retry` and (after the end) `truncated`.
+ */
+export class SSEParserStream extends TransformStream {
+  /** @param {{maxEventBytes?: number, lastEventId?: string}} [options] as for SSEParser */
+  constructor(options) {
+    const parser = new SSEParser(options);
+    super({
+      transform(chunk, controller) {
+        for (const event of parser.feed(chunk)) controller.enqueue(event);
+      },
+      flush() {
+        parser.close();
+      },
+    });
+    this.parser = parser;
   }
 }

@@ -1,0 +1,70 @@
+// The page side of benchmarks/render/peers.js (bundled by it with esbuild): the same reply appended token by
+// token to tokenrelay's MarkdownRenderer (the npm package), Streamdown (React) and streaming-markdown, a few
+// tokens per animation frame, with user-timing marks that the driver's Chromium trace cuts into tenths.
+
+import { createElement } from 'react';
+import { createRoot } from 'react-dom/client';
+import { Streamdown } from 'streamdown';
+import * as smd from 'streaming-markdown';
+import { MarkdownRenderer } from 'tokenrelay/markdown';
+import { openCodeTokens, replyTokens } from './reply.js';
+
+const RENDERERS = {
+  tokenrelay(container) {
+    const renderer = new MarkdownRenderer(container);
+    return { append: (token) => renderer.append(token), finish: () => renderer.finish() };
+  },
+  streamdown(container) {
+    // As an AI SDK app does: the message's text so far, rendered again at each update.
+    const root = createRoot(container);
+    let text = '';
+    return {
+      append(token) {
+        text += token;
+        root.render(createElement(Streamdown, null, text));
+      },
+      finish() {
+        root.render(createElement(Streamdown, { isAnimating: false }, text));
+      },
+    };
+  },
+  'streaming-markdown'(container) {
+    const parser = smd.parser(smd.default_renderer(container));
+    return { append: (token) => smd.parser_write(parser, token), finish: () => smd.parser_end(parser) };
+  },
+};
+
+const WORKLOADS = { reply: (n) => replyTokens(n), 'open-code': (n) => openCodeTokens(n) };
+const frame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+
+/**
+ * Append the workload's tokens, `perFrame` per animation frame; marks `tenth-0` … `tenth-10` at the
+ * boundaries of each tenth of the tokens, and `done` once the end is drawn. Resolves with the sizes.
+ */
+async function run(name, workload, size, perFrame) {
+  const container = document.getElementById('reply');
+  container.replaceChildren();
+  const holder = document.createElement('div');
+  container.append(holder);
+  const tokens = WORKLOADS[workload](size);
+  const renderer = RENDERERS[name](holder);
+  await frame();
+  // The end of tenth k is token min(n, k * ceil(n / 10)): marked once it has been drawn.
+  const tenth = Math.ceil(tokens.length / 10);
+  let next = 1;
+  performance.mark('tenth-0');
+  for (let i = 0; i < tokens.length; i += perFrame) {
+    const end = Math.min(i + perFrame, tokens.length);
+    for (let k = i; k < end; k++) renderer.append(tokens[k]);
+    await frame();
+    for (; next <= 10 && end >= Math.min(tokens.length, next * tenth); next++)
+      performance.mark(`tenth-${next}`);
+  }
+  await renderer.finish();
+  await frame();
+  await frame();
+  performance.mark('done');
+  return { tokens: tokens.length, characters: tokens.join('').length, shown: holder.textContent.length };
+}
+
+window.bench = { run, ready: true };

@@ -1,0 +1,300 @@
+// Streaming Markdown, a block at a time: closed blocks are rendered once and never touched again;
+// only the open tail is parsed and rendered again as text arrives, so the work per update depends on the
+// size of the last block, not on how long the reply already is.
+//
+// Which blocks are closed. The text since the last commit (the tail) is parsed with markdown-it and cut into
+// its top-level blocks. A top-level block is closed once a later top-level block has begun on a complete
+// line (one that has its line end) and the line after that one is complete too. In CommonMark a line's kind
+// is settled by the line itself and the containers before it, except for the look-ahead constructs, which
+// reach back one line: a setext underline makes the paragraph above it a heading, and a table delimiter row
+// makes the line above it a table header, splitting it from a paragraph it belonged to. So a partial line
+// can create or undo a block start on the line just above it, and nothing reaches further back (reference
+// definitions would: they are off, see markdown_nodes.js). Hence the two complete lines:
+//
+//   "- a\n\n2"           the list is open: "2" may still become "2. b", the list's next item
+//   "- a\n\n2\nx\n"      the list is closed: "2" starts a paragraph whatever follows
+//   "p\nh | i\n-|-"      p is open: "-|-" makes "h | i" a table now, but "-|-x" would make it p's second line
+//   "```\ncode"         open until the closing fence, whatever blank lines come inside
+//
+// An open fenced code block is the one block that can grow without bound while nothing closes (streamdown#574:
+// a 58,000-character open fence), so it is not parsed again: while the tail is a fence opened at the left
+// margin and not yet closed, update() scans only the lines that arrived for the closing fence and describes
+// the block directly (codeBlock, as renderTokens would), with the highlighter asked for the new lines only.
+// Work per update is then the new text's, not the block's.
+//
+// Most updates only add a few words to the last line of the open block, and parsing the block again cannot
+// change anything but the last text node: _extend() says when that is certain and then extends the last
+// update's description instead (EXTENDS has the rules). Anything it is not sure of is parsed.
+//
+// An open tail longer than MAX_OPEN_PARSE that neither path covers is drawn as plain text until it closes or
+// the text ends (then it is parsed once): a frame never parses more than that.
+//
+// Contract (tested at every byte offset, one byte at a time, with random splits, and against markdown-it
+// parsing the whole text at once): for any way of cutting the text into pushes, with update() after any of
+// them, the closed nodes joined over update() and finish() equal renderTokens(md.parse(whole)). Closing a
+// block one line late costs nothing but a re-render; closing it early would freeze a wrong one.
+
+import { codeBlock, renderTokens } from './markdown_nodes.js';
+
+/**
+ * @typedef {import('./markdown_nodes.js').Node} Node
+ * @typedef {{closed: Node[], open: Node[] | null}} Update
+ * `closed`: nodes of blocks closed by this update, to be appended once and kept; `open`: the nodes that
+ * now stand for the open tail (they replace the previous ones), or null when the tail did not change.
+ */
+
+export class BlockRenderer {
+  /**
+   * @param {{parse: (src: string, env: object) => any[]}} md from createMarkdown()
+   * @param {{highlight?: import('./markdown_nodes.js').Highlighter | null}} options code.js's createHighlighter()
+   */
+  constructor(md, { highlight = null } = {}) {
+    this._md = md;
+    this._highlight = highlight;
+    this._tail = '';
+    this._dirty = false;
+    this._cr = false; // the last push ended in CR, already turned into LF: an LF opening the next is its pair
+    this._finished = false;
+    this._fence = undefined; // the open fence the tail starts with (see _openFence), null for none
+    this._added = ''; // the text pushed since the last update
+    this._lineStart = 0; // where the tail's last line starts
+    this._lastOpen = null; // the last update's description of the whole tail, when _extend() may extend it
+  }
+
+  /** The text not yet in a closed block. */
+  get tail() {
+    return this._tail;
+  }
+
+  /** Add text; nothing is parsed until update(). */
+  push(text) {
+    if (this._finished) throw new Error('BlockRenderer.push() after finish()');
+    if (text === '') return;
+    // markdown-it reads CRLF and a lone CR as LF; doing it here, across pushes, keeps line numbers (the
+    // token maps) and offsets in this text the same thing.
+    if (this._cr && text.charCodeAt(0) === 10) text = text.slice(1);
+    this._cr = text.charCodeAt(text.length - 1) === 13;
+    const normal = text.replace(/\r\n?/g, '\n');
+    this._tail += normal;
+    this._added += normal;
+    const end = normal.lastIndexOf('\n');
+    if (end >= 0) this._lineStart = this._tail.length - normal.length + end + 1;
+    this._dirty = true;
+  }
+
+  /** Parse the tail; close what can no longer change. @returns {Update} */
+  update() {
+    if (!this._dirty) return { closed: [], open: null };
+    this._dirty = false;
+    const added = this._added;
+    this._added = '';
+    const fence = this._openFence();
+    if (fence !== null) {
+      this._lastOpen = null;
+      return { closed: [], open: [codeBlock(fence.info, this._tail.slice(fence.start), this._highlight)] };
+    }
+    const extended = this._extend(added);
+    if (extended !== null) {
+      this._lastOpen = extended;
+      return { closed: [], open: extended };
+    }
+    const tail = this._tail;
+    if (tail.length > MAX_OPEN_PARSE) {
+      // A block this long that still does not close (a megabyte line of delimiters, a table of ten thousand
+      // columns: markdown-it takes seconds over them) is shown as its text until the end, which parses it once.
+      this._lastOpen = null;
+      return { closed: [], open: [{ tag: 'p', attrs: null, children: [tail] }] };
+    }
+    const tokens = parse(this._md, tail);
+    const starts = topLevelStarts(tokens);
+    const lineStarts = lineOffsets(tail);
+    // The last block whose first two lines are complete: every block before it is closed.
+    let cut = 0;
+    for (let k = starts.length - 1; k > 0; k--) {
+      const line = tokens[starts[k]].map[0];
+      if (line + 2 < lineStarts.length) {
+        cut = k;
+        break;
+      }
+    }
+    const hl = this._highlight;
+    if (cut === 0) {
+      this._lastOpen = renderTokens(tokens, 0, tokens.length, hl);
+      return { closed: [], open: this._lastOpen };
+    }
+    const offset = lineStarts[tokens[starts[cut]].map[0]];
+    this._tail = tail.slice(offset);
+    this._lineStart -= offset;
+    this._fence = undefined;
+    this._lastOpen = renderTokens(tokens, starts[cut], tokens.length, hl);
+    return { closed: renderTokens(tokens, 0, starts[cut], hl), open: this._lastOpen };
+  }
+
+  /** End of the text: the tail is rendered as closed too. @returns {Update} */
+  finish() {
+    if (this._finished) return { closed: [], open: null };
+    this._finished = true;
+    const tokens = this._tail === '' ? [] : parse(this._md, this._tail);
+    const closed = renderTokens(tokens, 0, tokens.length, this._highlight);
+    this._tail = '';
+    this._lineStart = 0;
+    this._dirty = false;
+    this._lastOpen = null;
+    return { closed, open: [] };
+  }
+
+  /**
+   * The last description with `added` joined to its last text, when parsing the tail again is certain to
+   * give exactly that (EXTENDS); else null.
+   */
+  _extend(added) {
+    const open = this._lastOpen;
+    const tail = this._tail;
+    const before = tail.length - added.length;
+    if (open === null || added === '' || before <= 0 || !EXTENDS.text.test(added)) return null;
+    if (!EXTENDS.last.test(tail[before - 1])) return null;
+    // The current line's kind is settled: its first word is complete, or it starts with a letter.
+    if (!EXTENDS.line.test(tail.slice(this._lineStart, before))) return null;
+    // The last block, down its last children, must end in text; a table is not extended (a row's cells past
+    // the header's are dropped, so the end of the source need not be the last text shown).
+    const path = [];
+    let nodes = open;
+    for (;;) {
+      const last = nodes.length - 1;
+      if (last < 0) return null;
+      const node = nodes[last];
+      if (typeof node === 'string') {
+        if (node.length === 0 || node[node.length - 1] !== tail[before - 1]) return null;
+        break;
+      }
+      if (node.tag === 'table' || node.tag === 'pre' || node.tag === 'code' || node.tag === 'a') return null;
+      path.push(node);
+      nodes = node.children;
+    }
+    // A new description, copied along the path to the last text: the rest is shared with the last one.
+    const grow = (list, depth) => {
+      const copy = list.slice();
+      const last = copy.length - 1;
+      if (depth === path.length) copy[last] = copy[last] + added;
+      else copy[last] = { ...copy[last], children: grow(copy[last].children, depth + 1) };
+      return copy;
+    };
+    return grow(open, 0);
+  }
+
+  /**
+   * The fence the tail opens, when it is still open: {info, start (where its content starts), scanned
+   * (where the lines not yet checked for a closing fence start)}; null when the tail is anything else, or
+   * when a line (the partial last one included) closes it: then markdown-it parses the tail as usual.
+   * Only a fence at the left margin whose info string markdown-it would keep as it is (no escapes or
+   * entities) takes this path; any other is parsed.
+   */
+  _openFence() {
+    const tail = this._tail;
+    if (this._fence === undefined) {
+      const end = tail.indexOf('\n');
+      const opener = end < 0 ? null : FENCE_OPEN.exec(tail.slice(0, end));
+      if (opener === null) {
+        // Not a fence, or its first line is not complete yet (the info string may grow).
+        if (end >= 0) this._fence = null;
+        return null;
+      }
+      const [, marker, info] = opener;
+      if ((marker[0] === '`' && info.includes('`')) || /[\\&]/.test(info)) {
+        this._fence = null;
+        return null;
+      }
+      this._fence = { marker, info: info.trim(), start: end + 1, scanned: end + 1, closed: false };
+    }
+    const fence = this._fence;
+    if (fence === null || fence.closed) return null;
+    // Complete lines since the last look, then the partial last line: none may be a closing fence.
+    let at = fence.scanned;
+    for (let end = tail.indexOf('\n', at); end >= 0; end = tail.indexOf('\n', at)) {
+      if (closesFence(tail, at, end, fence.marker)) {
+        fence.closed = true;
+        return null;
+      }
+      at = end + 1;
+    }
+    fence.scanned = at;
+    if (closesFence(tail, at, tail.length, fence.marker)) return null;
+    return fence;
+  }
+}
+
+// When text added to the tail only extends the last text of the last update's description (_extend):
+//   text  the added text has no character that means anything in Markdown inside a line (emphasis, code,
+//         escapes, links and images, HTML, entities, tables, strikethrough) nor a line end, and it ends in a
+//         character that is not white space (a paragraph's trailing spaces are not shown);
+//   last  the tail ended, before it, in such a character too (so no delimiter run, entity or escape is left
+//         open at the seam, and no trailing space was dropped);
+//   line  the line it goes on already has its kind: a complete first word, or a first letter that no block
+//         syntax starts with (a digit could still become "1." and a list, a "-" a list or a rule).
+// Links are not extended: the text of [a](b) is shown, but [a] alone is not a link.
+const EXTENDS = {
+  text: /^[^\n*_`\\[\]()<>&!;|~#=+\-]*[^\s*_`\\[\]()<>&!;|~#=+\-]$/u,
+  last: /^[^\s*_`\\[\]()<>&!;|~#=+\-]$/u,
+  line: /^\s*(?:\p{L}|\S+\s)/u,
+};
+
+/** The longest open tail parsed again while it streams (characters); longer, it is drawn as text. */
+export const MAX_OPEN_PARSE = 100_000;
+
+// A fence opener at the left margin: three or more backticks or tildes, then the info string.
+const FENCE_OPEN = /^(`{3,}|~{3,})(.*)$/;
+
+/** Whether tail[from, to) is a closing fence for `marker` (CommonMark: up to three spaces, at least as many
+ * of the same character, then only spaces or tabs). */
+function closesFence(tail, from, to, marker) {
+  let i = from;
+  while (i < to && i - from < 4 && tail.charCodeAt(i) === 32) i++;
+  if (i - from > 3) return false;
+  const char = marker.charCodeAt(0);
+  let run = 0;
+  while (i < to && tail.charCodeAt(i) === char) {
+    i++;
+    run++;
+  }
+  if (run < marker.length) return false;
+  for (; i < to; i++) {
+    const c = tail.charCodeAt(i);
+    if (c !== 32 && c !== 9) return false;
+  }
+  return true;
+}
+
+/**
+ * markdown-it's tokens for `text`; when its nesting limit (maxNesting) was reached, where it stops and drops
+ * the rest of the text, the text as one paragraph of plain text instead: nothing is lost.
+ */
+function parse(md, text) {
+  const tokens = md.parse(text, {});
+  const limit = (md.options?.maxNesting ?? 100) - 1;
+  if (!tokens.some((token) => token.level >= limit)) return tokens;
+  const open = { type: 'paragraph_open', tag: 'p', nesting: 1, level: 0, map: [0, 1], hidden: false };
+  const inline = {
+    type: 'inline',
+    tag: '',
+    nesting: 0,
+    level: 1,
+    children: [{ type: 'text', content: text, nesting: 0 }],
+  };
+  return [open, inline, { type: 'paragraph_close', tag: 'p', nesting: -1, level: 0, hidden: false }];
+}
+
+/** Indexes of the tokens that begin a top-level block (an opening or a self-contained token at level 0). */
+function topLevelStarts(tokens) {
+  const starts = [];
+  for (let i = 0; i < tokens.length; i++) {
+    if (tokens[i].level === 0 && tokens[i].nesting !== -1) starts.push(i);
+  }
+  return starts;
+}
+
+/** Offsets where each line of `text` starts; a line is complete when the next one has an entry. */
+function lineOffsets(text) {
+  const starts = [0];
+  for (let at = text.indexOf('\n'); at >= 0; at = text.indexOf('\n', at + 1)) starts.push(at + 1);
+  return starts;
+}
