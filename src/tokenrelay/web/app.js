@@ -11,6 +11,7 @@
 // highlight.js code blocks are plain text, without markdown-it nothing can be sent.
 
 import { streamChat } from './chat.js';
+import { ThinkingSection } from './thinking.js';
 import { JSONView } from './json_view.js';
 import { RelayRecorder, drawLanes, heldText } from './lib/lanes.js';
 import { Smoother } from './lib/smoother.js';
@@ -148,22 +149,35 @@ async function reply() {
     cards ??= new ToolCards({ container: toolCallsOf(turn), onWrite: options.onWrite });
     cards.update(calls);
   };
+  // Reasoning (issue 31): a "Thinking" section above the answer, made when the first reasoning arrives.
+  let thinking = null;
+  const onReasoning = (text) => {
+    thinking ??= new ThinkingSection(turn.body);
+    thinking.append(text);
+  };
   const outcome = await streamChat({
     model,
     messages,
     params,
     onToolCall,
+    onReasoning,
     apiKey: settings.apiKey,
     signal: controller.signal,
     stepTimes: relay !== null,
     now: relay === null ? undefined : () => performance.now() - relayStart,
     onDelta: (delta, now, hop) => {
       stats = now;
+      thinking?.answerStarted();
       view.append(delta);
       relay?.handed(hop);
     },
   });
   await view.finish();
+  thinking?.finish({
+    finishReason: outcome.finishReason,
+    answered: outcome.content !== '',
+    reasoningTokens: outcome.usage?.completion_tokens_details?.reasoning_tokens ?? null,
+  });
   current = null;
   // What was shown stays in the conversation, even when cut short, so the next turn sees the same thing.
   const { status, error, finishReason, ttftMs, tokensPerSecond, tokens, totalMs } = outcome;

@@ -40,11 +40,13 @@ export function streamStats({ started, firstAt, lastAt, tokens }) {
  * times: {arrive, parse, timing}, when the network chunk holding it arrived (with `stepTimes`, else null)
  * and when it was parsed (`now` times), and the chunk's server timing (its `tokenrelay` field, asked for
  * with `stepTimes`) or null. onToolCall, when given, gets the reply's tool calls so far (each with its
- * arguments joined) whenever a chunk adds to them.
+ * arguments joined) whenever a chunk adds to them; onReasoning, each piece of reasoning the server sends
+ * apart from the answer (issue 31), and when it was read.
  * @param {{
  *   model: string, messages: {role: string, content: string}[],
  *   onDelta: (text: string, stats: Stats, hop: {arrive: number, parse: number, timing: object|null}) => void,
  *   onToolCall?: (calls: {index: number, id: string | null, name: string, arguments: string}[]) => void,
+ *   onReasoning?: (text: string, at: number) => void,
  *   params?: object, apiKey?: string, stepTimes?: boolean,
  *   signal?: AbortSignal, url?: string, fetch?: typeof fetch, now?: () => number,
  * }} options
@@ -55,6 +57,7 @@ export async function streamChat({
   messages,
   onDelta,
   onToolCall,
+  onReasoning,
   params = {},
   apiKey = '',
   stepTimes = false,
@@ -75,6 +78,7 @@ export async function streamChat({
     return {
       status,
       content: reader.content,
+      reasoning: reader.reasoning,
       toolCalls: reader.toolCalls,
       finishReason: reader.finishReason,
       error,
@@ -125,6 +129,8 @@ export async function streamChat({
       const arrive = stepTimes ? now() : null; // the relay's network arrival; no clock read otherwise
       for (const event of parser.feed(value)) {
         const text = reader.feed(event);
+        // Reasoning (issue 31) comes apart from the answer, never in the same delta's text.
+        if (reader.reasoningDelta !== '') onReasoning?.(reader.reasoningDelta, now());
         if (text !== '') {
           lastAt = now();
           firstAt ??= lastAt;
