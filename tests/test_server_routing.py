@@ -44,7 +44,11 @@ def _client(**config: Any) -> tuple[httpx.AsyncClient, list[str]]:
 @pytest.mark.parametrize("path", sorted(ENDPOINTS))
 async def test_generations_skip_the_middleware_and_are_never_compressed(path: str, stream: bool) -> None:
     client, seen = _client()
-    body = {**(CHAT if ENDPOINTS[path].kind == "chat" else TEXT), "stream": stream, "max_tokens": 200}
+    body = {
+        **(CHAT if ENDPOINTS[path].kind in ("chat", "messages") else TEXT),
+        "stream": stream,
+        "max_tokens": 200,
+    }
     async with client:
         r = await client.post(path, json=body, headers={"Accept-Encoding": "gzip"})
     assert r.status_code == 200, r.text
@@ -53,7 +57,8 @@ async def test_generations_skip_the_middleware_and_are_never_compressed(path: st
     assert seen == []  # no middleware layer saw the request (or wrapped its sends)
     if stream:
         assert r.headers["content-type"].startswith("text/event-stream")
-        assert r.text.endswith("data: [DONE]\n\n")
+        ends = {"messages": 'event: message_stop\ndata: {"type":"message_stop"}\n\n'}  # Anthropic's end
+        assert r.text.endswith(ends.get(ENDPOINTS[path].kind, "data: [DONE]\n\n"))
     else:
         json.loads(r.content)
 

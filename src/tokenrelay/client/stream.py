@@ -1,7 +1,8 @@
-"""A streaming client, sync and async (httpx): events of any SSE URL, and OpenAI chat deltas.
+"""A streaming client, sync and async (httpx): events of any SSE URL, and chat deltas (OpenAI's Chat
+Completions, or Anthropic's Messages API with ``api="messages"``, read into the same items).
 
 A thin shell around the sans-I/O parts: one :class:`SSEParser` per connection, one
-:class:`ChatStreamDecoder` per chat stream. The shell owns what they must not: sockets, the clock, sleeping.
+:class:`ChatStreamDecoder` (or ``MessagesStreamDecoder``) per chat stream. The shell owns what they must not: sockets, the clock, sleeping.
 
 - A response that is not an event stream (a status other than 200, or another content type) raises the
   :class:`TokenRelayError` its body describes; the message is the server's own.
@@ -18,7 +19,6 @@ import itertools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import anyio
 import httpx
@@ -29,6 +29,8 @@ from tokenrelay.wire._chat_reader import ChatStreamDecoder, error_from_body
 from tokenrelay.wire._messages_reader import MessagesStreamDecoder
 from tokenrelay.wire._sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEParser
 
+from .chat_request import Api, chat_request
+
 __all__ = [
     "DEFAULT_TIMEOUT", "Api", "ChatDelta", "ChatResult", "ChunkArrival", "ClientTimings", "StreamLog",
     "aiter_events", "astream_chat", "iter_events", "stream_chat",
@@ -36,10 +38,6 @@ __all__ = [
 
 #: Reads may pause between tokens (a slow first token, a busy GPU): a minute before a read gives up.
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, read=60.0)
-#: Which API a chat stream asks: OpenAI's Chat Completions, or Anthropic's Messages.
-Api = Literal["chat", "messages"]
-MESSAGES_MAX_TOKENS = 1024  # the Messages API requires max_tokens: this one unless the caller gives one
-ANTHROPIC_VERSION = "2023-06-01"
 _MAX_ERROR_BODY = 64 * 1024  # an error page is quoted, not streamed forever
 
 
@@ -296,51 +294,6 @@ class _ChatRun:
         )
 
 
-def _chat_request(
-    base_url: str,
-    messages: Sequence[Mapping[str, object]],
-    model: str,
-    include_usage: bool,
-    api_key: str | None,
-    headers: Mapping[str, str] | None,
-    params: Mapping[str, object],
-    api: Api = "chat",
-) -> tuple[str, dict[str, str], dict[str, object]]:
-    if api == "messages":
-        return _messages_request(base_url, messages, model, api_key, headers, params)
-    body: dict[str, object] = {"model": model, "messages": list(messages), "stream": True}
-    if include_usage:
-        body["stream_options"] = {"include_usage": True}
-    body.update(params)
-    all_headers = {"Accept": "text/event-stream", **(headers or {})}
-    if api_key:
-        all_headers["Authorization"] = f"Bearer {api_key}"
-    return base_url.rstrip("/") + "/chat/completions", all_headers, body
-
-
-def _messages_request(
-    base_url: str,
-    messages: Sequence[Mapping[str, object]],
-    model: str,
-    api_key: str | None,
-    headers: Mapping[str, str] | None,
-    params: Mapping[str, object],
-) -> tuple[str, dict[str, str], dict[str, object]]:
-    """An Anthropic Messages request for the same chat: system turns become ``system``, ``max_tokens`` (which
-    the API requires) is ``MESSAGES_MAX_TOKENS`` unless given."""
-    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
-    turns = [dict(m) for m in messages if m.get("role") != "system"]
-    body: dict[str, object] = {"model": model, "messages": turns, "stream": True}
-    body["max_tokens"] = MESSAGES_MAX_TOKENS
-    if system:
-        body["system"] = system
-    body.update(params)
-    all_headers = {"Accept": "text/event-stream", "anthropic-version": ANTHROPIC_VERSION, **(headers or {})}
-    if api_key:
-        all_headers["x-api-key"] = api_key
-    return base_url.rstrip("/") + "/messages", all_headers, body
-
-
 def stream_chat(
     base_url: str,
     messages: Sequence[Mapping[str, object]],
@@ -363,7 +316,7 @@ def stream_chat(
     API at the same root instead (``POST …/v1/messages``, the key as ``x-api-key``) and reads its stream into
     the same items (``finish_reason`` in the chat API's terms).
     """
-    url, all_headers, body = _chat_request(
+    url, all_headers, body = chat_request(
         base_url, messages, model, include_usage, api_key, headers, params, api
     )
     http = client if client is not None else httpx.Client(timeout=timeout)
@@ -402,7 +355,7 @@ async def astream_chat(
     **params: object,
 ) -> AsyncGenerator[ChatDelta | ChatResult, None]:
     """:func:`stream_chat` for ``httpx.AsyncClient``."""
-    url, all_headers, body = _chat_request(
+    url, all_headers, body = chat_request(
         base_url, messages, model, include_usage, api_key, headers, params, api
     )
     http = client if client is not None else httpx.AsyncClient(timeout=timeout)
