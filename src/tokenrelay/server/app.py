@@ -341,8 +341,21 @@ def create_app(engine: Engine, config: ServerConfig | None = None, *, seat: Seat
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "tokenrelay"} for m in server.models]
-        return {"object": "list", "data": data}
+        # One list both SDKs read: OpenAI's fields, and Anthropic's (type, display_name, created_at, the page).
+        data = [
+            {
+                "id": m,
+                "object": "model",
+                "created": 0,
+                "owned_by": "tokenrelay",
+                "type": "model",
+                "display_name": m,
+                "created_at": "1970-01-01T00:00:00Z",
+            }
+            for m in server.models
+        ]
+        first, last = server.models[0], server.models[-1]
+        return {"object": "list", "data": data, "has_more": False, "first_id": first, "last_id": last}
 
     @app.get("/health")
     async def health() -> JSONResponse:
