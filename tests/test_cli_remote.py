@@ -65,7 +65,7 @@ def test_api_key_from_option_or_environment_and_a_wrong_key() -> None:
     assert with_option.stdout == with_env.stdout == b"ok\n"
     assert wrong.returncode == 2 and wrong.stdout == b""
     assert wrong.stderr.decode().strip() == (
-        "tokenrelay generate: error: invalid or missing API key (send 'Authorization: Bearer KEY')"
+        "tokenrelay generate: error: invalid or missing API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')"
     )
 
 
