@@ -277,3 +277,24 @@ def test_shutdown_ends_a_messages_stream_with_an_overloaded_error_event(tmp_path
     assert last.event == "error" and "[DONE]" not in raw.decode()
     assert json.loads(last.data)["error"]["type"] == "overloaded_error"
     assert any(e.event == "content_block_delta" for e in events)
+
+
+def test_a_waiting_stream_gets_ping_events_that_the_sdk_skips() -> None:
+    """While a request waits (its queue place, the prompt's prefill) the keep-alive is Anthropic's ``ping``."""
+    anthropic = pytest.importorskip("anthropic")
+    app, _ = replay_app(
+        "late but whole", rate=None, keepalive_interval=0.1, engine_options={"first_token_delay": 0.6}
+    )
+    with serve(app) as url:
+        with httpx.stream("POST", url + "/v1/messages", content=body(stream=True), timeout=10) as r:
+            raw = b"".join(r.iter_bytes())
+        events = SSEParser().feed(raw)
+        names = [e.event for e in events]
+        assert names.count("ping") >= 2 and names.index("ping") < names.index("content_block_start")
+        assert all(json.loads(e.data) == {"type": "ping"} for e in events if e.event == "ping")
+        with anthropic.Anthropic(
+            base_url=url, api_key="x", max_retries=0, _strict_response_validation=True
+        ) as c:
+            message = c.messages.create(model="replay", max_tokens=16, messages=OK["messages"], stream=True)
+            kinds = [event.type for event in message]
+        assert "ping" not in kinds and kinds[0] == "message_start" and kinds[-1] == "message_stop"
