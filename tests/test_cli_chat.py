@@ -112,7 +112,7 @@ def test_piped_stdin_answers_line_by_line_and_stops_on_an_error() -> None:
     assert ok.stderr.decode() == "(conversation cleared)\n"
     assert bad.returncode == 2 and bad.stdout == b""
     assert bad.stderr.decode().strip() == (
-        "tokenrelay chat: error: invalid or missing API key (send 'Authorization: Bearer KEY')"
+        "tokenrelay chat: error: invalid or missing API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')"
     )
 
 

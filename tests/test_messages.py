@@ -266,3 +266,20 @@ def test_errors_have_anthropics_shape_status_and_type(error: TokenRelayError, st
 
     assert ErrorResponse.model_validate(data).error.type == kind
     assert error.status_code != 529  # the OpenAI endpoints keep their own status (503)
+
+
+def test_two_calls_are_two_tool_use_blocks_in_order() -> None:
+    two = (
+        '<tool_call>\n{"name": "a", "arguments": {"x": "€"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>'
+    )
+    ids = _ids("Two: " + two)
+    for steps in ([ids], [[i] for i in ids]):
+        sse, body = written(reply_events(steps))
+        parsed = checked(sse)
+        blocks, reason, _, _ = summary(parsed)
+        assert blocks == (("text", "Two: "), ("tool_use:a", '{"x": "€"}'), ("tool_use:b", "{}"))
+        assert reason == "tool_use"
+        message = Message.model_validate_json(body)
+        assert accumulated(parsed).model_dump() == message.model_dump()
+        assert [b.type for b in message.content] == ["text", "tool_use", "tool_use"]

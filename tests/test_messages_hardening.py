@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from _uvicorn import serve
-from server_helpers import asgi_client, replay_app
+from server_helpers import asgi_client, raw_post, read_timed, replay_app, serve_process, split_response
+from tokenrelay.wire._sse import SSEParser
 
 OK: dict[str, Any] = {"model": "replay", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
 CALL = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
@@ -253,3 +256,45 @@ def test_a_full_queue_is_a_429_rate_limit_error_and_a_client_leaving_stops_its_g
     # metrics labelled by endpoint: one streamed request, two whole ones (the 429 is counted too)
     assert 'tokenrelay_requests_total{endpoint="/v1/messages",model="replay",stream="true"} 1.0' in metrics
     assert 'tokenrelay_requests_total{endpoint="/v1/messages",model="replay",stream="false"} 2.0' in metrics
+
+
+def test_shutdown_ends_a_messages_stream_with_an_overloaded_error_event(tmp_path: Path) -> None:
+    text = tmp_path / "reply.txt"
+    text.write_text("word " * 400)
+    args = ("--engine", "replay", "--text-file", str(text), "--rate", "20", "--graceful-timeout", "0.5")
+    with serve_process(*args) as server:
+        sock = raw_post(server.url, "/v1/messages", body(stream=True, max_tokens=400))
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(0.3)
+        server.proc.send_signal(signal.SIGTERM)
+        raw = b"".join(c for _, c in read_timed(sock))
+        sock.close()
+        assert raw.endswith(b"0\r\n\r\n")  # a clean end of the chunked body
+        events = SSEParser().feed(b"".join(split_response(b"HTTP/1.1 200 OK\r\n\r\n" + raw)[1]))
+        assert server.proc.wait(timeout=15) == 0
+    last = events[-1]
+    assert last.event == "error" and "[DONE]" not in raw.decode()
+    assert json.loads(last.data)["error"]["type"] == "overloaded_error"
+    assert any(e.event == "content_block_delta" for e in events)
+
+
+def test_a_waiting_stream_gets_ping_events_that_the_sdk_skips() -> None:
+    """While a request waits (its queue place, the prompt's prefill) the keep-alive is Anthropic's ``ping``."""
+    anthropic = pytest.importorskip("anthropic")
+    app, _ = replay_app(
+        "late but whole", rate=None, keepalive_interval=0.1, engine_options={"first_token_delay": 0.6}
+    )
+    with serve(app) as url:
+        with httpx.stream("POST", url + "/v1/messages", content=body(stream=True), timeout=10) as r:
+            raw = b"".join(r.iter_bytes())
+        events = SSEParser().feed(raw)
+        names = [e.event for e in events]
+        assert names.count("ping") >= 2 and names.index("ping") < names.index("content_block_start")
+        assert all(json.loads(e.data) == {"type": "ping"} for e in events if e.event == "ping")
+        with anthropic.Anthropic(
+            base_url=url, api_key="x", max_retries=0, _strict_response_validation=True
+        ) as c:
+            message = c.messages.create(model="replay", max_tokens=16, messages=OK["messages"], stream=True)
+            kinds = [event.type for event in message]
+        assert "ping" not in kinds and kinds[0] == "message_start" and kinds[-1] == "message_stop"

@@ -40,7 +40,7 @@ def test_metrics_before_any_request() -> None:
     for counter in ("tokenrelay_cancellations_total", "tokenrelay_rejected_total"):
         assert (counter, {"model": "replay"}, 0.0) in samples
     requests = [labels for name, labels, _ in samples if name == "tokenrelay_requests_total"]
-    assert len(requests) == 2 * len(ENDPOINTS)  # every endpoint, streamed and not
+    assert len(requests) == 2 * len(ENDPOINTS)  # every generation endpoint, streamed and not
     (build,) = [labels for name, labels, _ in samples if name == "tokenrelay_build_info"]
     assert build["version"] == __version__ and re.fullmatch(r"\d+\.\d+\.\d+", build["python"])
 

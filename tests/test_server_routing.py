@@ -24,6 +24,7 @@ BODIES: dict[str, tuple[dict[str, Any], str]] = {
     "chat": ({**CHAT, "max_tokens": 200}, "data: [DONE]\n\n"),
     "completion": ({**TEXT, "max_tokens": 200}, "data: [DONE]\n\n"),
     "responses": (RESPONSES, "event: response.completed\n"),
+    "messages": ({**CHAT, "max_tokens": 200}, 'event: message_stop\ndata: {"type":"message_stop"}\n\n'),
 }
 
 

@@ -317,3 +317,32 @@ def test_upstream_passes_response_format_to_vllms_server(vllm_server: str, model
         jsonschema.validate(json.loads(text), CITY)
     else:
         assert finish == "length" and text.lstrip().startswith("{")
+
+
+def test_in_process_vllm_serves_the_messages_api(
+    in_process: tuple[str, VLLMEngine], references: dict[str, str]
+) -> None:
+    """Issue 30: ``POST /v1/messages`` on the vLLM engine, streamed and whole, says vLLM's own reply; its
+    ``count_tokens`` is the ``input_tokens`` a generation reports. Read with tokenrelay's Messages reader
+    (this venv has no anthropic SDK; the SDKs are tested against the other engines)."""
+    from tokenrelay.client import ChatResult, stream_chat
+
+    url, engine = in_process
+    prompt = PROMPTS[0]
+    messages = [{"role": "user", "content": prompt}]
+    items = list(
+        stream_chat(
+            url + "/v1", messages, model=engine.model, api="messages", temperature=0, max_tokens=MAX_TOKENS
+        )
+    )
+    result = items[-1]
+    assert isinstance(result, ChatResult) and result.finished
+    assert result.text == references[prompt]
+    body = {"model": engine.model, "max_tokens": MAX_TOKENS, "temperature": 0, "messages": messages}
+    whole = httpx.post(url + "/v1/messages", json=body, timeout=120).json()
+    assert whole["type"] == "message" and whole["content"][0]["text"] == references[prompt]
+    assert whole["stop_reason"] in ("end_turn", "max_tokens")
+    counted = httpx.post(
+        url + "/v1/messages/count_tokens", json={"model": engine.model, "messages": messages}
+    )
+    assert counted.json()["input_tokens"] == whole["usage"]["input_tokens"] == result.usage.prompt_tokens  # type: ignore[union-attr]

@@ -3,8 +3,9 @@
 ``create_app(engine, config)`` returns a FastAPI app. A generation request goes: API key (for every costly
 path, ``intake.needs_key``) → body size and time limits → ``Intake.prepare`` (400s, the model's 404, the prompt's
 tokens, off the event loop when large) → admission (429) → a ``generation.Run`` whose response runs the engine
-through ``stream_events`` (``TextStream``: detokenizer + stops) and the chunk writers of ``wire._chat``. Every error
-becomes an OpenAI-shaped body ``{"error": {"message", "type", "param", "code"}}``; the server keeps serving.
+through ``stream_events`` (``TextStream``: detokenizer + stops) and the endpoint's writer (``wire/``). Every error
+becomes an OpenAI-shaped body ``{"error": {"message", "type", "param", "code"}}``, or Anthropic's on the Messages
+API's paths (``generation.ERROR_BODIES``); the server keeps serving.
 
 Shutdown (``drain``, called by ``server.run`` when SIGTERM or SIGINT arrives): new generations get a 503,
 running ones get ``grace`` seconds to finish, then each is ended with an OpenAI-shaped error event and
@@ -364,8 +365,21 @@ def create_app(engine: Engine, config: ServerConfig | None = None, *, seat: Seat
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "tokenrelay"} for m in server.models]
-        return {"object": "list", "data": data}
+        # One list both SDKs read: OpenAI's fields, and Anthropic's (type, display_name, created_at, the page).
+        data = [
+            {
+                "id": m,
+                "object": "model",
+                "created": 0,
+                "owned_by": "tokenrelay",
+                "type": "model",
+                "display_name": m,
+                "created_at": "1970-01-01T00:00:00Z",
+            }
+            for m in server.models
+        ]
+        first, last = server.models[0], server.models[-1]
+        return {"object": "list", "data": data, "has_more": False, "first_id": first, "last_id": last}
 
     @app.get("/health")
     async def health() -> JSONResponse:

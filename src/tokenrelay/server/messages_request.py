@@ -1,14 +1,14 @@
 """Request bodies of the Anthropic Messages API (``POST /v1/messages`` and ``/v1/messages/count_tokens``):
 bytes in, a validated ``Generation`` out, in the same terms as a chat request's (``requests.py``).
 
-A conversation becomes the chat endpoint's turns (``messages_turns.py``), so one chat template and one tool
-machinery serve both dialects: ``system`` (a string or text blocks) is the system turn; a user message's ``text`` blocks are a user
+A conversation becomes the chat endpoint's turns, so one chat template and one tool machinery serve both
+dialects: ``system`` (a string or text blocks) is the system turn; a user message's ``text`` blocks are a user
 turn and each ``tool_result`` block a ``tool`` turn answering its ``tool_use_id`` (its content a string or text
 blocks; with ``is_error`` the text is prefixed ``"Error: "``); an assistant message's ``text`` blocks are its
 content and its ``tool_use`` blocks its calls (``input`` as the arguments). ``thinking`` and
 ``redacted_thinking`` blocks of earlier assistant turns are dropped, as Anthropic drops them from the context.
 A ``system`` message inside ``messages`` (a beta Claude Code uses, ``mid-conversation-system``) is a system
-turn where it stands.
+turn where it stands. The blocks are read in ``messages_turns.py``.
 ``tools`` (``name``, ``description``, ``input_schema``) and ``tool_choice`` (``auto``, ``any``, ``tool`` with
 ``name``, ``none``; ``disable_parallel_tool_use``) go through ``tools.tool_request``, so every definition is
 checked as a chat request's is (errors name the Messages field: ``tools.0.input_schema``).
@@ -20,7 +20,8 @@ a ``tool_result`` for no earlier ``tool_use``, a ``tool_use`` id given twice, a 
 ``web_search_20250305`` and the like: it cannot run here), ``thinking`` of the wrong shape (``budget_tokens``
 an integer of at least 1024 and below ``max_tokens``, as Anthropic requires), ``temperature`` outside 0..1
 (Anthropic's range), ``top_k`` other than 0 and 1 (the engines take no ``top_k``; ``1`` is greedy and becomes
-``temperature: 0``). ``cache_control``, ``metadata``, ``service_tier`` and the headers
+``temperature: 0``). ``cache_control``, ``metadata``, ``service_tier``, ``context_management``, ``output_config.effort`` and the
+headers
 ``anthropic-version`` / ``anthropic-beta`` do not change a reply here and are ignored; ``thinking`` is checked
 and otherwise left to the reasoning parser (a model that thinks streams ``thinking`` blocks either way).
 """
@@ -41,12 +42,12 @@ from .bodies import STRICT as _STRICT
 from .bodies import Integer
 from .bodies import check_text as _check_text
 from .bodies import validate as _validate
-from .messages_turns import MessageParam
-from .messages_turns import turns as _turns
+from .messages_turns import MessageParam, conversation_turns
 from .requests import Generation, _stops
 from .tools import FunctionBody, NamedFunction, NamedToolChoice, ToolBody, grammar_for, tool_request
 
 __all__ = ["CountTokensBody", "MessagesBody", "parse_count_tokens", "parse_messages"]
+
 
 #: Top-level fields that would change the reply: refused when set.
 _UNSUPPORTED = ("mcp_servers", "container")
@@ -194,7 +195,7 @@ def _thinking_budget(thinking: ThinkingParam | None) -> int | None:
 def _prompt(
     body: CountTokensBody, tools: ToolRequest | None, max_prompt_chars: int | None
 ) -> Sequence[ChatMessage]:
-    turns, history = _turns(body.system, body.messages)
+    turns, history = conversation_turns(body.system, body.messages)
     if max_prompt_chars is not None:
         size = sum(len(t["content"] or "") for t in turns)
         if size > max_prompt_chars:

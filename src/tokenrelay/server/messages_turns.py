@@ -1,10 +1,11 @@
-"""Anthropic's conversation as the chat endpoint's turns (``messages_request.py`` parses the rest of a body).
+"""A Messages request's conversation (``system`` and ``messages``, block by block) as the chat endpoint's turns.
 
-``system`` (a string or text blocks) is the system turn; a user message's ``text`` blocks are a user turn and
-each ``tool_result`` block a ``tool`` turn answering its ``tool_use_id`` (its content a string or text blocks;
-with ``is_error`` the text is prefixed ``"Error: "``); an assistant message's ``text`` blocks are its content
-and its ``tool_use`` blocks its calls (``input`` as the arguments); ``thinking`` and ``redacted_thinking``
-blocks of earlier turns are dropped. Each refusal is an ``InvalidRequestError`` naming the block.
+``conversation_turns`` gives OpenAI-shaped turns, so one chat template and one tool machinery serve both
+dialects (``messages_request.py`` has the rules): ``text`` blocks are a turn's content, an assistant's
+``tool_use`` blocks its calls (``input`` as the arguments), each ``tool_result`` block a ``tool`` turn
+answering its ``tool_use_id``; ``thinking`` blocks of earlier turns are dropped; ``image``, ``document`` and any
+block type it does not know are a 400 naming the block, a ``tool_result`` for no earlier ``tool_use`` is
+``unknown_tool_use``, a ``tool_use`` id given twice ``duplicate_tool_use_id``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from tokenrelay._errors import InvalidRequestError
 from .bodies import STRICT as _STRICT
 from .bodies import check_text as _check_text
 
-__all__ = ["UNSUPPORTED_BLOCKS", "MessageParam", "turns"]
+__all__ = ["UNSUPPORTED_BLOCKS", "MessageParam", "conversation_turns"]
+
 
 #: Block types a request may hold that this server cannot take: named in the 400.
 UNSUPPORTED_BLOCKS = ("image", "document", "search_result", "container_upload")
@@ -68,7 +70,7 @@ def _bad_block(kind: object, where: str, expected: str) -> InvalidRequestError:
     )
 
 
-def turns(
+def conversation_turns(
     system: str | list[dict[str, Any]] | None, messages: list[MessageParam]
 ) -> tuple[list[dict[str, Any]], bool]:
     """OpenAI-shaped turns (``tool_calls`` parsed, ``tool`` turns) and whether any call or result is in them."""

@@ -4,6 +4,7 @@ Every module here is sans-I/O (standard library only, like the rest of the core;
 
 - ``_sse``: SSE frames written (``encode_event``) and read (``SSEParser``, WHATWG-exact);
 - ``_chat`` / ``_chat_reader``: OpenAI Chat Completions (and the legacy text completions) written and read.
+- ``_messages`` / ``_messages_reader``: the Anthropic Messages API written and read.
 
 This package module imports nothing, so loading one dialect never loads another.
 """

@@ -206,10 +206,13 @@ class MessagesReplyWriter:
             self._open(_TOOL, {"type": "tool_use", "id": event.id, "name": event.name, "input": {}}, out)
         elif t is CallArguments:
             assert isinstance(event, CallArguments)
+            if self._block != _TOOL:  # never from the pipeline: a call's arguments follow its start
+                raise ValueError(f"CallArguments for call {event.index} outside its tool_use block")
             if event.text:
                 out.append(self._delta({"type": "input_json_delta", "partial_json": event.text}))
         elif t is CallEnded:
-            self._close(out)
+            if self._block == _TOOL:  # (a block of another kind opened since has closed it already)
+                self._close(out)
         elif t is ReplyEnded:
             assert isinstance(event, ReplyEnded)
             self._close(out)
