@@ -280,3 +280,17 @@ async def test_openapi_and_docs_describe_the_endpoint_and_the_stored_responses()
     assert set(spec["paths"]["/v1/responses/{response_id}"]) == {"get", "delete"}
     assert "input" in spec["components"]["schemas"]["ResponsesRequest"]["required"]
     assert "<code>/v1/responses</code>" in docs and "<code>/v1/responses/{response_id}</code>" in docs
+
+
+async def test_admission_refuses_beyond_the_queue_in_openai_s_shape() -> None:
+    app, _ = replay_app(REPLY * 50, rate=50, max_active=1, max_queued=0)
+    async with asgi_client(app) as client:
+
+        async def one() -> httpx.Response:
+            return await client.post("/v1/responses", json=body(stream=True, max_output_tokens=20))
+
+        first = asyncio.ensure_future(one())
+        await asyncio.sleep(0.2)  # the first holds the only slot
+        err = error_of(await client.post("/v1/responses", json=body()), 429)
+        assert err["type"] == "rate_limit_error"
+        assert (await first).status_code == 200
