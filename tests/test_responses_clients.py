@@ -102,6 +102,17 @@ def test_a_stream_read_by_the_strict_sdk_joins_to_its_final_response(server: Ser
         max_output_tokens=40,
     )
     assert whole.output_text == final.response.output_text and whole.status == final.response.status
+    # ... and the chat endpoint's text for the same request
+    chat = client.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {"role": "system", "content": "Answer in one sentence."},
+            {"role": "user", "content": "Name a colour."},
+        ],
+        temperature=0,
+        max_tokens=40,
+    )
+    assert chat.choices[0].message.content == whole.output_text
 
 
 def test_a_reply_cut_by_max_output_tokens_is_incomplete(server: ServerProcess) -> None:

@@ -266,3 +266,31 @@ def test_with_workers_each_finds_its_own_responses_and_others_say_why_not(tmp_pa
                 assert response_id in err["message"] and "2 worker processes" in err["message"]
                 missing += 1
         assert found > 0  # each worker serves its own; the others' are a 404 that says why
+
+
+async def test_openapi_and_docs_describe_the_endpoint_and_the_stored_responses() -> None:
+    app, _ = replay_app(REPLY, rate=None)
+    async with asgi_client(app) as client:
+        spec = (await client.get("/openapi.json")).json()
+        docs = (await client.get("/docs")).text
+    post = spec["paths"]["/v1/responses"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ResponsesRequest"
+    }
+    assert set(spec["paths"]["/v1/responses/{response_id}"]) == {"get", "delete"}
+    assert "input" in spec["components"]["schemas"]["ResponsesRequest"]["required"]
+    assert "<code>/v1/responses</code>" in docs and "<code>/v1/responses/{response_id}</code>" in docs
+
+
+async def test_admission_refuses_beyond_the_queue_in_openai_s_shape() -> None:
+    app, _ = replay_app(REPLY * 50, rate=50, max_active=1, max_queued=0)
+    async with asgi_client(app) as client:
+
+        async def one() -> httpx.Response:
+            return await client.post("/v1/responses", json=body(stream=True, max_output_tokens=20))
+
+        first = asyncio.ensure_future(one())
+        await asyncio.sleep(0.2)  # the first holds the only slot
+        err = error_of(await client.post("/v1/responses", json=body()), 429)
+        assert err["type"] == "rate_limit_error"
+        assert (await first).status_code == 200

@@ -1,7 +1,8 @@
 """Request bodies for ``POST /v1/responses`` (the OpenAI Responses API): bytes in, a validated ``Generation`` out.
 
 The body is read as chat's is (``requests.py``: strict types, every refusal a 400 whose ``param`` names the
-field, ``NaN`` and lone surrogates refused), and turned into the same prompt, tools and constraint:
+field, ``NaN`` and lone surrogates refused), and turned into the same prompt, tools and constraint (the input
+items and tools by ``responses_input.py``):
 
 - ``input``: a string (one user turn) or a list of items: ``message`` (``type`` may be left out; roles
   ``user``, ``assistant``, ``system``, ``developer``; ``content`` a string or ``input_text`` / ``output_text``
@@ -18,7 +19,8 @@ field, ``NaN`` and lone surrogates refused), and turned into the same prompt, to
   constraint as chat's ``response_format``.
 - ``max_output_tokens``, ``temperature``, ``top_p``, ``parallel_tool_calls``; ``reasoning``, ``metadata``,
   ``user``, ``store``, ``include``, ``truncation: "disabled"``, ``prompt_cache_key``, ``safety_identifier``,
-  ``service_tier`` and ``stream_options`` are taken (and echoed) without changing the reply.
+  ``service_tier`` and ``stream_options`` are taken without changing the reply (``reasoning``, ``metadata``,
+  ``user`` and ``store`` are echoed in the response, as OpenAI echoes them).
 - Refused by name (``UNSUPPORTED``): ``background: true``, ``conversation``, ``prompt`` templates,
   ``top_logprobs``, ``truncation: "auto"``, ``max_tool_calls`` and input items or parts of another type.
 

@@ -34,11 +34,16 @@ are derived from the response's id (``msg_``/``rs_``/``fc_`` + its hex + the out
 no randomness and an id is unique wherever the response's is. ``on_end`` is called with the final response
 object (completed or incomplete, never failed), for the server's store.
 
-Standard library only. JSON is written with ``ensure_ascii=False``.
+Standard library only. JSON is written with ``ensure_ascii=False``. At ~430 lines the module is over the usual
+size because each event's JSON is spliced together as bytes by hand (every object encoded once, the cost
+target of issue 29: a ``json.dumps`` per event cost 1.15× chat's CPU per token, ``benchmarks/README.md``),
+which takes about twice the lines of a dict per event; the shapes and the item state they write are one unit.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring  # the C string quoter json.dumps(ensure_ascii=False) uses
 from typing import Any
@@ -65,6 +70,9 @@ __all__ = ["ResponsesReplyWriter", "response_object", "usage_object"]
 Obj = dict[str, Any]
 
 _INCOMPLETE = {"reason": "max_output_tokens"}
+_MESSAGE, _REASONING = "message", "reasoning"  # an item's kind (compared by identity on the token path)
+#: The response object's fields that change as it goes: written apart from the rest, which is encoded once.
+_CHANGING = frozenset({"status", "error", "incomplete_details", "output", "usage"})
 
 
 def usage_object(usage: Usage, reasoning_tokens: int = 0) -> Obj:
@@ -113,28 +121,52 @@ def response_object(id: str, model: str, created_at: int, echo: Mapping[str, obj
     return obj
 
 
-def _frame(type: str, obj: Obj) -> bytes:
-    return b"event: " + type.encode() + b"\ndata: " + json_bytes(obj) + b"\n\n"
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # one encoder, made once
+
+
+def _json(obj: object) -> bytes:
+    return _encode(obj).encode()
+
+
+def _quoted(text: str) -> bytes:
+    return encode_basestring(text).encode()
 
 
 class _Item:
     """The output item being written: its kind, place and text so far."""
 
-    __slots__ = ("call", "id", "index", "kind", "name", "parts", "text_head")
+    __slots__ = ("call", "delta_frame", "id", "index", "kind", "name", "parts", "where")
 
     def __init__(self, kind: str, id: str, index: int, call: str = "", name: str = "") -> None:
         self.kind, self.id, self.index = kind, id, index
         self.call, self.name = call, name
         self.parts: list[str] = []
-        self.text_head = b""  # the delta frame's fixed part, up to its sequence number
+        self.delta_frame = b""  # a delta's frame, but for its sequence number (%d) and quoted text (%b)
+        # The fields that place its events: item_id, output_index (and content_index), as JSON.
+        self.where = b'"item_id":%b,"output_index":%d' % (_quoted(id), index)
 
 
 class ResponsesReplyWriter:
-    """One Responses API reply as a stream (``start``/``write``) or a body (``body``)."""
+    """One Responses API reply as a stream (``start``/``write``) or a body (``body``).
+
+    Each object is encoded once: the request's echo when the writer is made, an item's text when it ends
+    (spliced into its ``.done`` events, the item and the final response), so a reply costs a few small JSON
+    encodings besides its deltas."""
 
     keepalive = KEEPALIVE
 
-    __slots__ = ("_base", "_calls", "_final", "_hex", "_item", "_on_end", "_output", "_seq")
+    __slots__ = (
+        "_base",
+        "_calls",
+        "_final",
+        "_head",
+        "_hex",
+        "_item",
+        "_on_end",
+        "_output",
+        "_output_json",
+        "_seq",
+    )
 
     def __init__(
         self,
@@ -149,94 +181,85 @@ class ResponsesReplyWriter:
         ``tool_choice``, ``text``, ``temperature``, …); ``on_end(response)``: called once with the final
         response of a reply that ended (completed or incomplete)."""
         self._base = response_object(id, model, created_at, echo)
+        # The response object's JSON but for the fields that change: "status" (the first of them) onwards.
+        base = _json({k: v for k, v in self._base.items() if k not in _CHANGING})
+        self._head = base[:-1]
         self._hex = id.partition("_")[2] or id
         self._on_end = on_end
-        self._seq = 0
+        self._seq = itertools.count()  # the sequence numbers
         self._output: list[Obj] = []  # the items that have ended
+        self._output_json: list[bytes] = []  # ... and their JSON
         self._item: _Item | None = None  # the open one
         self._calls: dict[int, _Item] = {}  # a call's index -> its item
         self._final: Obj | None = None
 
     # -- frames ----------------------------------------------------------------------------------------
 
+    def _raw(self, type: bytes, fields: bytes) -> bytes:
+        """One event: ``fields``, the JSON of its fields after ``type`` and ``sequence_number``."""
+        return b'event: %b\ndata: {"type":"%b","sequence_number":%d,%b}\n\n' % (
+            type,
+            type,
+            next(self._seq),
+            fields,
+        )
+
     def _event(self, type: str, fields: Obj) -> bytes:
-        seq = self._seq
-        self._seq = seq + 1
-        return _frame(type, {"type": type, "sequence_number": seq, **fields})
+        return self._raw(type.encode(), _json(fields)[1:-1])
+
+    def _response(
+        self, status: str, *, usage: bytes = b"null", error: bytes = b"null", details: bytes = b"null"
+    ) -> bytes:
+        output = b",".join(self._output_json)
+        return b'%b,"status":"%b","error":%b,"incomplete_details":%b,"output":[%b],"usage":%b}' % (
+            self._head,
+            status.encode(),
+            error,
+            details,
+            output,
+            usage,
+        )
 
     def _snapshot(self, status: str, **fields: object) -> Obj:
         return {**self._base, "status": status, "output": list(self._output), **fields}
 
     def start(self, sent: float | None = None) -> Sequence[bytes]:
-        response = self._snapshot("in_progress")
-        return (
-            self._event("response.created", {"response": response}),
-            self._event("response.in_progress", {"response": response}),
-        )
+        response = b'"response":' + self._response("in_progress")
+        return (self._raw(b"response.created", response), self._raw(b"response.in_progress", response))
 
     def write(self, event: ReplyEvent, sent: float | None = None) -> Sequence[bytes]:
         t = type(event)
-        item = self._item
-        if t is TextDelta or t is ReasoningDelta:
+        if t is TextDelta or t is ReasoningDelta:  # the token path: one bytes format per delta
             text: str = event.text  # type: ignore[union-attr]
             if not text:
                 return ()
-            kind = "message" if t is TextDelta else "reasoning"
-            if item is not None and item.kind == kind:
+            item = self._item
+            if item is not None and item.kind is (_MESSAGE if t is TextDelta else _REASONING):
                 item.parts.append(text)
-                seq = self._seq
-                self._seq = seq + 1
-                return (
-                    b"".join(
-                        (
-                            item.text_head,
-                            str(seq).encode(),
-                            b',"delta":',
-                            encode_basestring(text).encode(),
-                            b"}\n\n",
-                        )
-                    ),
-                )
+                return (item.delta_frame % (next(self._seq), encode_basestring(text).encode()),)
             out = self._close("completed")
-            item = self._open(kind, out)
+            item = self._open(_MESSAGE if t is TextDelta else _REASONING, out)
             item.parts.append(text)
-            seq = self._seq
-            self._seq = seq + 1
-            out.append(
-                b"".join(
-                    (
-                        item.text_head,
-                        str(seq).encode(),
-                        b',"delta":',
-                        encode_basestring(text).encode(),
-                        b"}\n\n",
-                    )
-                )
-            )
+            out.append(item.delta_frame % (next(self._seq), encode_basestring(text).encode()))
             return out
+        item = self._item
         if t is CallStarted:
             assert isinstance(event, CallStarted)
             out = self._close("completed")
             index = len(self._output)
             item = self._item = _Item("function_call", f"fc_{self._hex}_{index}", index, event.id, event.name)
             self._calls[event.index] = item
+            added = self._call_item(item, "in_progress")
             out.append(
-                self._event(
-                    "response.output_item.added",
-                    {"output_index": index, "item": self._call_item(item, "in_progress")},
-                )
+                self._raw(b"response.output_item.added", b'"output_index":%d,"item":%b' % (index, added))
             )
             return out
         if t is CallArguments:
             assert isinstance(event, CallArguments)
             call = self._calls[event.index]
             call.parts.append(event.text)
-            return (
-                self._event(
-                    "response.function_call_arguments.delta",
-                    {"item_id": call.id, "output_index": call.index, "delta": event.text},
-                ),
-            )
+            fields = b'%b,"delta":%b' % (call.where, _quoted(event.text))
+            return (self._raw(b"response.function_call_arguments.delta", fields),)
         if t is CallEnded:
             assert isinstance(event, CallEnded)
             call = self._calls[event.index]
@@ -251,46 +274,36 @@ class ResponsesReplyWriter:
 
     def _open(self, kind: str, out: list[bytes]) -> _Item:
         index = len(self._output)
-        prefix = "msg" if kind == "message" else "rs"
+        prefix = "msg" if kind is _MESSAGE else "rs"
         item = self._item = _Item(kind, f"{prefix}_{self._hex}_{index}", index)
-        where = {"item_id": item.id, "output_index": index, "content_index": 0}
-        if kind == "message":
-            added: Obj = {
-                "id": item.id,
-                "type": "message",
-                "status": "in_progress",
-                "content": [],
-                "role": "assistant",
-            }
-            part: Obj = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
-            delta = "response.output_text.delta"
-            tail = b',"logprobs":[],"sequence_number":'
+        where = item.where + b',"content_index":0'
+        quoted = _quoted(item.id)
+        if kind is _MESSAGE:
+            added = (
+                b'{"id":%b,"type":"message","status":"in_progress","content":[],"role":"assistant"}' % quoted
+            )
+            part = b'{"type":"output_text","annotations":[],"logprobs":[],"text":""}'
+            delta = b"response.output_text.delta"
+            tail = b',"logprobs":[]'
         else:
-            added = {
-                "id": item.id,
-                "type": "reasoning",
-                "summary": [],
-                "content": [],
-                "status": "in_progress",
-            }
-            part = {"type": "reasoning_text", "text": ""}
-            delta = "response.reasoning_text.delta"
-            tail = b',"sequence_number":'
-        out.append(self._event("response.output_item.added", {"output_index": index, "item": added}))
-        out.append(self._event("response.content_part.added", {**where, "part": part}))
-        head = {"type": delta, **where}
-        item.text_head = b"event: " + delta.encode() + b"\ndata: " + json_bytes(head)[:-1] + tail
+            added = b'{"id":%b,"type":"reasoning","summary":[],"content":[],"status":"in_progress"}' % quoted
+            part = b'{"type":"reasoning_text","text":""}'
+            delta = b"response.reasoning_text.delta"
+            tail = b""
+        out.append(self._raw(b"response.output_item.added", b'"output_index":%d,"item":%b' % (index, added)))
+        out.append(self._raw(b"response.content_part.added", b'%b,"part":%b' % (where, part)))
+        fixed = b'event: %b\ndata: {"type":"%b",%b%b,"sequence_number":' % (delta, delta, where, tail)
+        item.delta_frame = fixed.replace(b"%", b"%%") + b'%d,"delta":%b}\n\n'
         return item
 
-    def _call_item(self, item: _Item, status: str) -> Obj:
-        return {
-            "id": item.id,
-            "type": "function_call",
-            "status": status,
-            "arguments": "".join(item.parts),
-            "call_id": item.call,
-            "name": item.name,
-        }
+    def _call_item(self, item: _Item, status: str) -> bytes:
+        return b'{"id":%b,"type":"function_call","status":"%b","arguments":%b,"call_id":%b,"name":%b}' % (
+            _quoted(item.id),
+            status.encode(),
+            _quoted("".join(item.parts)),
+            _quoted(item.call),
+            _quoted(item.name),
+        )
 
     def _close(self, status: str) -> list[bytes]:
         """The events that end the open item (none when no item is open); it joins the output."""
@@ -299,56 +312,81 @@ class ResponsesReplyWriter:
             return out
         self._item = None
         text = "".join(item.parts)
+        quoted = _quoted(text)
+        done: Obj
         if item.kind == "function_call":
-            out.append(
-                self._event(
-                    "response.function_call_arguments.done",
-                    {"item_id": item.id, "output_index": item.index, "name": item.name, "arguments": text},
-                )
-            )
-            done = self._call_item(item, status)
+            fields = b'%b,"name":%b,"arguments":%b' % (item.where, _quoted(item.name), quoted)
+            out.append(self._raw(b"response.function_call_arguments.done", fields))
+            done_json = self._call_item(item, status)
+            done = {
+                "id": item.id,
+                "type": "function_call",
+                "status": status,
+                "arguments": text,
+                "call_id": item.call,
+                "name": item.name,
+            }
         else:
-            where = {"item_id": item.id, "output_index": item.index, "content_index": 0}
-            if item.kind == "message":
-                part: Obj = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
-                out.append(self._event("response.output_text.done", {**where, "text": text, "logprobs": []}))
+            where = item.where + b',"content_index":0'
+            if item.kind is _MESSAGE:
+                part = b'{"type":"output_text","annotations":[],"logprobs":[],"text":%b}' % quoted
+                out.append(
+                    self._raw(b"response.output_text.done", b'%b,"text":%b,"logprobs":[]' % (where, quoted))
+                )
+                done_json = b'{"id":%b,"type":"message","status":"%b","content":[%b],"role":"assistant"}' % (
+                    _quoted(item.id),
+                    status.encode(),
+                    part,
+                )
+                content: Obj = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
                 done = {
                     "id": item.id,
                     "type": "message",
                     "status": status,
-                    "content": [part],
+                    "content": [content],
                     "role": "assistant",
                 }
             else:
-                part = {"type": "reasoning_text", "text": text}
-                out.append(self._event("response.reasoning_text.done", {**where, "text": text}))
+                part = b'{"type":"reasoning_text","text":%b}' % quoted
+                out.append(self._raw(b"response.reasoning_text.done", b'%b,"text":%b' % (where, quoted)))
+                done_json = b'{"id":%b,"type":"reasoning","summary":[],"content":[%b],"status":"%b"}' % (
+                    _quoted(item.id),
+                    part,
+                    status.encode(),
+                )
+                content = {"type": "reasoning_text", "text": text}
                 done = {
                     "id": item.id,
                     "type": "reasoning",
                     "summary": [],
-                    "content": [part],
+                    "content": [content],
                     "status": status,
                 }
-            out.append(self._event("response.content_part.done", {**where, "part": part}))
-        out.append(self._event("response.output_item.done", {"output_index": item.index, "item": done}))
+            out.append(self._raw(b"response.content_part.done", b'%b,"part":%b' % (where, part)))
+        out.append(
+            self._raw(b"response.output_item.done", b'"output_index":%d,"item":%b' % (item.index, done_json))
+        )
         self._output.append(done)
+        self._output_json.append(done_json)
         return out
 
     def _end(self, event: ReplyEnded) -> list[bytes]:
         cut = event.reason == "length"
         if self._item is None and not self._output:  # nothing was said: an empty answer, still an answer
             out: list[bytes] = []
-            self._open("message", out)
+            self._open(_MESSAGE, out)
             out += self._close("incomplete" if cut else "completed")
         else:
             out = self._close("incomplete" if cut else "completed")
         usage = usage_object(event.usage, event.reasoning_tokens)
         if cut:
             final = self._snapshot("incomplete", incomplete_details=_INCOMPLETE, usage=usage)
-            out.append(self._event("response.incomplete", {"response": final}))
+            response = self._response("incomplete", usage=_json(usage), details=_json(_INCOMPLETE))
+            out.append(self._raw(b"response.incomplete", b'"response":' + response))
         else:
             final = self._snapshot("completed", usage=usage)
-            out.append(self._event("response.completed", {"response": final}))
+            response = self._response("completed", usage=_json(usage))
+            out.append(self._raw(b"response.completed", b'"response":' + response))
         self._final = final
         if self._on_end is not None:
             on_end, self._on_end = self._on_end, None
@@ -359,8 +397,10 @@ class ResponsesReplyWriter:
         out = [self._event("error", {"code": error.code, "message": error.message, "param": error.param})]
         out += self._close("incomplete")
         # ResponseError.code is one of OpenAI's own codes: a failure of this server is "server_error".
-        failed = self._snapshot("failed", error={"code": "server_error", "message": error.message})
-        out.append(self._event("response.failed", {"response": failed}))
+        failed = {"code": "server_error", "message": error.message}
+        out.append(
+            self._raw(b"response.failed", b'"response":' + self._response("failed", error=_json(failed)))
+        )
         self._on_end = None
         return out
 
