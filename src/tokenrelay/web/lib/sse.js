@@ -183,6 +183,12 @@ export class SSEParser {
       this._skipLF = false;
       if (text.charCodeAt(0) === LF) pos = 1;
     }
+    if (this._lineBytes.length === 0 && pos === 0) {
+      // The byte pass found no line end in this chunk (most small chunks): the text joins the partial line.
+      this._partial += text;
+      this._checkPartial();
+      return;
+    }
     LINE_END.lastIndex = pos;
     for (;;) {
       const match = LINE_END.exec(text);
@@ -203,6 +209,10 @@ export class SSEParser {
       if (this._error) return;
     }
     this._partial += text.slice(pos);
+    this._checkPartial();
+  }
+
+  _checkPartial() {
     // A partial comment counts towards the line limit only; any other partial line towards the event's.
     const bytes = this._partialBytes;
     if (bytes > 0 && bytes + this._size > this._limit) {
