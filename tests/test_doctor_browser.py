@@ -44,9 +44,10 @@ def test_the_page_and_its_files_are_served(relay: int) -> None:
     page = httpx.get(f"{base}/doctor", timeout=10)
     assert page.status_code == 200 and "doctor.js" in page.text
     assert "trusted-types" in page.headers["content-security-policy"]
-    for name in ("doctor.js", "doctor.css", "sse.js", "stats.js"):
+    for name in ("doctor.js", "doctor.css", "chat.js", "lib/sse.js", "lib/stats.js", "lib/reply_chat.js"):
         assert httpx.get(f"{base}/doctor/{name}", timeout=10).status_code == 200
     assert httpx.get(f"{base}/doctor/app.py", timeout=10).status_code == 404
+    assert httpx.get(f"{base}/doctor/lib/react.js", timeout=10).status_code == 404
 
 
 def test_through_nginx_without_buffering_every_lane_is_short(

@@ -1,4 +1,4 @@
-"""One percentile definition (``tokenrelay._stream.percentile``), on the vectors ``web/stats.js`` is checked on.
+"""One percentile definition (``tokenrelay._stream.percentile``), on the vectors ``web/lib/stats.js`` is checked on.
 
 The server's log line and ``Timings``, the doctor's verdict and the load benchmark all use it.
 """

@@ -20,7 +20,7 @@ Every value gets exactly one ``ValueStarted`` and, once the document has reached
 :func:`join_events` merges adjacent ``StringGrew`` of the same path (nothing else can come between two pieces
 of one string), just as text deltas are compared joined.
 
-The JS twin (``web/partial_json.js``) has the same events as plain objects (``{type: "started" | "grew" |
+The JS twin (``web/lib/partial_json.js``) has the same events as plain objects (``{type: "started" | "grew" |
 "completed", path, kind | text | value}``).
 """
 

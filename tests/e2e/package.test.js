@@ -1,9 +1,9 @@
 // The npm package `tokenrelay` where users put it (issue 32 §2): `npm pack` of src/tokenrelay/web/lib, the
 // tarball installed into a fresh app outside the repository (with React, the AI SDK and its own markdown-it,
-// all from the npm registry or its cache), bundled with esbuild and driven in Debian's Chromium against
-// `tokenrelay serve` (the replay engine): a plain page, and a React app using the AI SDK's useChat with
-// <Markdown>. The same entries under Node, and `tsc --noEmit` on a consumer of every export. One app, one
-// server and one browser for the file.
+// all from the npm registry or its cache), bundled with esbuild and with Vite, and driven in Debian's
+// Chromium against `tokenrelay serve` (the replay engine): a plain page (esbuild's and Vite's builds), and a
+// React app using the AI SDK's useChat with <Markdown>. The same entries under Node, and `tsc --noEmit` on a
+// consumer of every export. One app, one server and one browser for the file.
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -89,6 +89,7 @@ before(
         },
       );
     await Promise.all([
+      run(join(BIN, 'vite'), ['build'], { cwd: app, timeout: STEP_MS }),
       esbuild('plain.js'),
       esbuild('react.jsx', '--jsx=automatic', '--define:process.env.NODE_ENV="production"'),
     ]);
@@ -104,7 +105,10 @@ after(async () => {
   if (work) rmSync(work, { recursive: true, force: true });
 });
 
-/** A tab on the server's origin whose /app/ is the bundled app, under the page's CSP; frames recorded. */
+/**
+ * A tab on the server's origin whose /app/ is the bundled app (esbuild's, with `html` as every page), or
+ * /app/vite/ Vite's build (`html` null), under the page's CSP; frames recorded.
+ */
 async function openApp(html) {
   const page = await browser.context.newPage();
   const problems = [];
@@ -112,7 +116,8 @@ async function openApp(html) {
   page.on('console', (message) => message.type() === 'error' && problems.push(`console: ${message.text()}`));
   await page.route(`${server.url}/app/**`, (route) => {
     const name = new URL(route.request().url()).pathname.slice('/app/'.length);
-    const body = name.endsWith('.html') ? html : readFileSync(join(app, 'dist', name));
+    const file = name.startsWith('vite/') ? join(app, 'dist-vite', name.slice(5)) : join(app, 'dist', name);
+    const body = name.endsWith('.html') && html !== null ? html : readFileSync(file);
     const type = name.endsWith('.html') ? 'text/html; charset=utf-8' : 'text/javascript; charset=utf-8';
     return route.fulfill({
       status: 200,
@@ -204,6 +209,16 @@ test(
     await page.close();
   },
 );
+
+test('the same plain page bundled by Vite', { skip, timeout: 120_000 }, async () => {
+  const { page, problems } = await openApp(null);
+  await page.goto(`${server.url}/app/vite/vite.html`);
+  await page.waitForFunction(() => window.ready === true);
+  const result = await page.evaluate((m) => window.runPlain({ model: m }), model);
+  assert.equal(result.end.type, 'finish', JSON.stringify(result.end));
+  await checkRendering(page, '#reply', result.text, problems);
+  await page.close();
+});
 
 test(
   'a React app: the AI SDK useChat with <Markdown> and smoothStream',

@@ -290,3 +290,38 @@ describe('MarkdownRenderer: words added to the last line are not parsed again', 
     assert.ok(parses < updates * 0.8, `${parses} parses for ${updates} updates: the words were extended`);
   });
 });
+
+describe('MarkdownRenderer: a long open code block', () => {
+  test('drawn as the one-shot render draws it at every point, without parsing it again', () => {
+    let parses = 0;
+    class Counting extends MarkdownIt {
+      parse(src, env) {
+        parses += 1;
+        return super.parse(src, env);
+      }
+    }
+    const lines = Array.from({ length: 600 }, (_, i) => `line_${i} = value(${i})  # 中文 👩‍💻\n`).join('');
+    const text = `Intro.\n\n\`\`\`python\n${lines}`;
+    const p = page();
+    const v = new MarkdownRenderer(p.container, {
+      markdownIt: Counting,
+      requestFrame: p.requestFrame,
+      now: () => 0,
+    });
+    let checked = 0;
+    for (let at = 0; at < text.length; at += 37) {
+      v.append(text.slice(at, at + 37));
+      p.runFrames();
+      if (at % (37 * 100) === 0) {
+        assert.equal(html(p.container), oneShotHTML(text.slice(0, at + 37)));
+        checked += 1;
+      }
+    }
+    assert.ok(parses < 20, `${parses} parses for ${Math.ceil(text.length / 37)} updates`);
+    v.append('```\nafter\n');
+    v.finish();
+    p.runFrames();
+    assert.equal(html(p.container), oneShotHTML(`${text}\`\`\`\nafter\n`));
+    assert.ok(checked > 5);
+  });
+});

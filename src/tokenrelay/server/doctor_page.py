@@ -43,15 +43,17 @@ class StreamRecords(Protocol):
 
 
 WEB_DIR = Path(__file__).resolve().parents[1] / "web"
-# The page's own files, and the chat page's modules it shares (used as is, never edited): the SSE parser,
-# the chat stream (chat mode), and the lanes (drawn by both pages).
+# The page's own files, and the chat page's modules it shares (used as is, never edited): the chat stream
+# (chat mode), and from lib/ (the npm package's modules) the SSE parser, the chat reader and the lanes.
 _FILES = {
     "doctor.js": "text/javascript",
     "doctor.css": "text/css",
-    "sse.js": "text/javascript",
-    "stats.js": "text/javascript",
     "chat.js": "text/javascript",
-    "lanes.js": "text/javascript",
+    "lib/sse.js": "text/javascript",
+    "lib/stats.js": "text/javascript",
+    "lib/lanes.js": "text/javascript",
+    "lib/reply_chat.js": "text/javascript",
+    "lib/reply_events.js": "text/javascript",
 }
 _MAX_REPORT_BYTES = 8 << 20  # a recording of a few thousand events, base64
 LANES = ("network", "parse", "render", "paint")
@@ -64,7 +66,8 @@ def _page_headers() -> dict[str, str]:
 
 
 async def _page(request: Request) -> Response:
-    name = request.path_params.get("name", "doctor.html")
+    module = request.path_params.get("module")
+    name = f"lib/{module}" if module is not None else request.path_params.get("name", "doctor.html")
     if name == "doctor.html":
         media = "text/html"
     elif name in _FILES:
@@ -151,5 +154,6 @@ def doctor_page_routes(registry: StreamRecords, prefix: str) -> list[BaseRoute]:
     return [
         Route("/doctor", _page, methods=["GET"], include_in_schema=False),
         Route("/doctor/{name}", _page, methods=["GET"], include_in_schema=False),
+        Route("/doctor/lib/{module}", _page, methods=["GET"], include_in_schema=False),
         Route(f"{prefix}/report", report_endpoint(registry), methods=["POST"], name="diagnostics_report"),
     ]

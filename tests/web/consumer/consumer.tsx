@@ -124,7 +124,11 @@ try {
 // tokenrelay/markdown
 const own: HighlightFunction = (code, language) =>
   language === 'txt' ? [{ tag: 'span', attrs: { class: 'x' }, children: [code] }] : null;
-const renderer = new MarkdownRenderer(document.createElement('div'), { highlighter: own, onWrite: () => {} });
+const renderer = new MarkdownRenderer(document.createElement('div'), {
+  highlighter: own,
+  onWrite: () => {},
+  skipOffscreen: true,
+});
 renderer.append('# Title\n\nSome **bold** text');
 renderer.set(`${renderer.text} and more`);
 renderer.setSmoother(new Smoother({ maxDelayMs: 100 }));

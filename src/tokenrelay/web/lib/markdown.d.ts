@@ -26,6 +26,8 @@ export interface MarkdownRendererOptions {
   requestFrame?: (callback: (now: number) => void) => unknown;
   /** The clock (performance.now). */
   now?: () => number;
+  /** Full groups of blocks get `content-visibility: auto`, so the browser skips them off screen (true). */
+  skipOffscreen?: boolean;
   /** Another markdown-it build (its default export). */
   markdownIt?: unknown;
 }

@@ -156,20 +156,24 @@ export class SSEParser {
       this._byteSkipLF = false;
       if (chunk[i] === LF) i += 1;
     }
+    // Line ends found with indexOf (a native scan): most chunks hold one or none.
+    const n = chunk.length;
     let bytes = this._partialBytes;
-    for (; i < chunk.length; i++) {
-      const byte = chunk[i];
-      if (byte !== CR && byte !== LF) {
-        bytes += 1;
-        continue;
-      }
-      this._lineBytes.push(bytes);
+    let nextCR = chunk.indexOf(CR, i);
+    let nextLF = chunk.indexOf(LF, i);
+    while (nextCR >= 0 || nextLF >= 0) {
+      const end = nextCR < 0 ? nextLF : nextLF < 0 ? nextCR : Math.min(nextCR, nextLF);
+      this._lineBytes.push(bytes + end - i);
       bytes = 0;
-      if (byte === CR) {
-        if (i + 1 === chunk.length) this._byteSkipLF = true;
-        else if (chunk[i + 1] === LF) i += 1;
+      i = end + 1;
+      if (end === nextCR) {
+        if (i === n) this._byteSkipLF = true;
+        else if (chunk[i] === LF) i += 1;
       }
+      if (nextCR >= 0 && nextCR < i) nextCR = chunk.indexOf(CR, i);
+      if (nextLF >= 0 && nextLF < i) nextLF = chunk.indexOf(LF, i);
     }
+    bytes += n - i;
     this._partialBytes = bytes;
   }
 
@@ -178,6 +182,12 @@ export class SSEParser {
     if (this._skipLF && text.length > 0) {
       this._skipLF = false;
       if (text.charCodeAt(0) === LF) pos = 1;
+    }
+    if (this._lineBytes.length === 0 && pos === 0) {
+      // The byte pass found no line end in this chunk (most small chunks): the text joins the partial line.
+      this._partial += text;
+      this._checkPartial();
+      return;
     }
     LINE_END.lastIndex = pos;
     for (;;) {
@@ -199,6 +209,10 @@ export class SSEParser {
       if (this._error) return;
     }
     this._partial += text.slice(pos);
+    this._checkPartial();
+  }
+
+  _checkPartial() {
     // A partial comment counts towards the line limit only; any other partial line towards the event's.
     const bytes = this._partialBytes;
     if (bytes > 0 && bytes + this._size > this._limit) {
