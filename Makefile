@@ -28,7 +28,8 @@ SYSTEM_PACKAGES := nginx apache2 haproxy caddy varnish chromium fonts-noto-core 
 	cmake
 
 .PHONY: install test lint lint-ruff lint-format lint-mypy lint-prettier lint-types check format bench bench-json bench-package \
-	bench-structured bench-workers bench-front bench-engine bench-upstream llama-server serve clean test-vllm bench-vllm
+	bench-structured bench-constrained bench-workers bench-front bench-engine bench-upstream llama-server serve clean test-vllm \
+	bench-vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -172,6 +173,10 @@ bench-engine: install $(LLAMA_SERVER_STAMP)
 # llguidance's mask against llama.cpp's grammar sampler (compile time, cost per token).
 bench-structured: install
 	$(BIN)/python benchmarks/structured.py --mechanisms
+
+# Constrained replies that finish (issue 33): tokenrelay's JSON layouts vs llama-server, 42 prompts x 2 temperatures.
+bench-constrained: install $(LLAMA_SERVER_STAMP)
+	$(BIN)/python benchmarks/constrained_finish.py --llama-server $(LLAMA_SERVER)
 
 # tokenrelay --engine upstream in front of llama-server vs llama-server alone (1/4/8 streams, ratios).
 bench-upstream: install $(LLAMA_SERVER_STAMP)

@@ -225,6 +225,7 @@ class Server:
     argv: list[str]
     url: str
     kinds: set[str]
+    extra: dict[str, Any] = field(default_factory=dict)  # added to every request
 
 
 @dataclass
@@ -313,7 +314,10 @@ def servers(args: argparse.Namespace) -> list[Server]:
             ]
             argv += ["--parallel", str(args.parallel), "-c", str(2048 * args.parallel)]
             argv += ["-t", str(args.threads), "-tb", str(args.threads), "--no-webui", *extra]
-            out.append(Server(name, argv, f"http://127.0.0.1:{port}", kinds))
+            # OpenAI's sampling (temperature and top_p only), as tokenrelay samples, unless --llama-defaults:
+            # llama-server's own defaults add top_k 40 and min_p 0.05, which cut the tail at temperature 0.7.
+            extra = {} if args.llama_defaults else {"top_k": 0, "min_p": 0.0}
+            out.append(Server(name, argv, f"http://127.0.0.1:{port}", kinds, extra))
     else:
         print(f"(no llama-server at {args.llama_server}: `make llama-server`; tokenrelay alone below)")
     return out
@@ -324,6 +328,7 @@ def body(kind: str, prompt: str, temperature: float, seed: int, args: argparse.N
     request: dict[str, Any] = {
         "messages": [{"role": "user", "content": prompt}],
         "temperature": temperature,
+        "top_p": 1.0,
         "seed": seed,
         "max_tokens": args.tool_tokens if kind == "tools" else args.json_tokens,
     }
@@ -384,7 +389,8 @@ async def run_server(server: Server, args: argparse.Namespace) -> Tally:
         async def one(kind: str, i: int, prompt: str, temperature: float) -> None:
             async with gate:
                 r = await client.post(
-                    server.url + "/v1/chat/completions", json=body(kind, prompt, temperature, 1000 + i, args)
+                    server.url + "/v1/chat/completions",
+                    json=body(kind, prompt, temperature, 1000 + i, args) | server.extra,
                 )
                 if r.status_code != 200:
                     raise SystemExit(f"{server.name}: {r.status_code} {r.text[:500]}")
@@ -417,6 +423,9 @@ def main() -> None:
     parser.add_argument("--json-tokens", type=int, default=300, help="max_tokens of a JSON request")
     parser.add_argument("--tool-tokens", type=int, default=120, help="max_tokens of a tool request")
     parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument(
+        "--llama-defaults", action="store_true", help="llama-server samples with its own top_k/min_p defaults"
+    )
     parser.add_argument("--threads", type=int, default=1, help="per server")
     parser.add_argument("--out", type=Path, help="write every reply and verdict here (JSON)")
     args = parser.parse_args()
