@@ -132,7 +132,7 @@ async function openApp(html) {
       window.__violations.push(`${e.effectiveDirective} ${e.sample} ${e.sourceFile}:${e.lineNumber}`),
     );
     new MutationObserver(() => {
-      const text = document.querySelector('#reply, .message.assistant .markdown')?.textContent;
+      const text = document.querySelector('#reply, .message.assistant .markdown, .direct')?.textContent;
       if (text !== undefined && text !== window.__frames.at(-1)) window.__frames.push(text);
     }).observe(document, { subtree: true, childList: true, characterData: true });
   });
@@ -250,6 +250,28 @@ test(
     await page.close();
   },
 );
+
+test('a React app: useReply over fetch with <Markdown>', { skip, timeout: 120_000 }, async () => {
+  const { page, problems } = await openApp(
+    '<!doctype html><meta charset="utf-8"><div id="root"></div><script type="module" src="/app/react.js"></script>',
+  );
+  await page.goto(`${server.url}/app/index.html?model=${encodeURIComponent(model)}`);
+  await page.click('#direct');
+  await page.waitForFunction(() => window.direct?.status === 'streaming', null, { timeout: 20_000 });
+  await page.waitForFunction(() => ['finished', 'error'].includes(window.direct?.status), null, {
+    timeout: 60_000,
+  });
+  const direct = await page.evaluate(() => window.direct);
+  assert.equal(direct.error, null);
+  assert.equal(direct.status, 'finished');
+  assert.equal(direct.finish.reason, 'stop');
+  assert.ok(direct.finish.usage.outputTokens > 50);
+  await page.evaluate(
+    () => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))),
+  );
+  await checkRendering(page, '.direct', direct.text, problems);
+  await page.close();
+});
 
 test(
   'the same entries under Node, reading the stream from the server',
