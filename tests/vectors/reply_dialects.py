@@ -96,7 +96,8 @@ def read(stream: bytes, decoder: ResponsesStreamDecoder | MessagesStreamDecoder)
     }
 
 
-def main() -> None:
+def cases() -> list[dict[str, Any]]:
+    """The vectors: each reply in each dialect, its stream and what the Python reader reads."""
     failed: list[ReplyEvent] = [TextDelta("partial", (1,)), ReplyFailed(EngineError("the engine broke"))]
     replies: dict[str, list[ReplyEvent]] = {
         "reasoning, text and a call": reply_events(CALL, reasoning=True),
@@ -104,17 +105,21 @@ def main() -> None:
         "prose cut by max_tokens": reply_events(PROSE, max_tokens=6),
         "a failure after the start": failed,
     }
-    cases = []
+    out = []
     for name, events in replies.items():
         for dialect, write, decoder in (
             ("responses", responses_stream, ResponsesStreamDecoder),
             ("messages", messages_stream, MessagesStreamDecoder),
         ):
             stream = write(events)
-            cases.append(
+            out.append(
                 {"name": name, "dialect": dialect, "stream": stream.decode(), "read": read(stream, decoder())}
             )
-    OUT.write_text(json.dumps({"cases": cases}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+def main() -> None:
+    OUT.write_text(json.dumps({"cases": cases()}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
