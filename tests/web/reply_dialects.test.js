@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { MessagesReader, ReplyError, ResponsesReader, readReply } from 'tokenrelay/reply';
 import { SSEParser } from 'tokenrelay/sse';
-import { cuttings, encoder } from './helpers.js';
+import { cuttings, encoder, seeded } from './helpers.js';
 
 const VECTORS = JSON.parse(readFileSync(new URL('../vectors/reply_dialects.json', import.meta.url), 'utf8'));
 const READER = { responses: () => new ResponsesReader(), messages: () => new MessagesReader() };
@@ -334,5 +334,42 @@ describe('MessagesReader: ends, errors and what it skips', () => {
     assert.deepEqual(plain(notACall), [{ type: 'error', code: 'protocol' }]);
     const badUsage = read(stopReason('end_turn', { output_tokens: 'many' }));
     assert.deepEqual(plain(badUsage), [{ type: 'error', code: 'protocol' }]);
+  });
+});
+
+describe('the Responses and Messages readers: hostile streams', () => {
+  test('frames dropped, repeated, swapped, bytes garbled: one finish or one error, never a throw', () => {
+    const random = seeded(11);
+    const pick = (n) => Math.floor(random() * n);
+    let finished = 0;
+    let errors = 0;
+    for (const { dialect, stream } of VECTORS.cases) {
+      const frames = framesOf(stream);
+      for (let run = 0; run < 200; run++) {
+        const mixed = [...frames];
+        const edit = run % 4;
+        const at = pick(mixed.length);
+        if (edit === 0) mixed.splice(at, 1);
+        else if (edit === 1) mixed.splice(at, 0, mixed[pick(mixed.length)]);
+        else if (edit === 2) [mixed[at], mixed[0]] = [mixed[0], mixed[at]];
+        const bytes = encoder.encode(mixed.join(''));
+        if (edit === 3) for (let i = 0; i < 8; i++) bytes[pick(bytes.length)] = pick(256);
+        const out = readPieces(dialect, [bytes]);
+        const ends = out.filter((e) => e.type === 'finish' || e.type === 'error');
+        assert.equal(ends.length, 1);
+        assert.equal(out.at(-1), ends[0]);
+        if (ends[0].type === 'finish') finished += 1;
+        else errors += 1;
+      }
+    }
+    assert.ok(finished > 0 && errors > 0, `${finished} finished, ${errors} errors`);
+  });
+
+  test('a 1 MB line is an error event through readReply, never a throw', async () => {
+    for (const name of ['response.output_text.delta', 'content_block_delta']) {
+      const big = `event: ${name}\ndata: "${'x'.repeat(1 << 20)}"\n\n`;
+      const out = await readResponse(responseOf([encoder.encode(big)]));
+      assert.deepEqual(plain(out), [{ type: 'error', code: 'protocol' }]);
+    }
   });
 });
