@@ -178,7 +178,10 @@ describe('readReply: Chat Completions as reply events', () => {
     assert.equal(detectDialect({ type: 'response.created', data: '{}', id: '', retry: null }), 'responses');
     assert.equal(detectDialect({ type: 'message_start', data: '{}', id: '', retry: null }), 'messages');
     const responses = 'event: response.created\ndata: {"type": "response.created"}\n\n';
-    assert.deepEqual(plain(await events(responseOf([responses]))), [{ type: 'error', code: 'dialect' }]);
+    // Told, and read (tests/web/reply_dialects.test.js reads whole ones): cut after its first event, truncated.
+    assert.deepEqual(plain(await events(responseOf([responses]))), [{ type: 'error', code: 'truncated' }]);
+    const unknown = await events(responseOf([responses]), { dialect: 'gemini' });
+    assert.deepEqual(plain(unknown), [{ type: 'error', code: 'dialect' }]);
     // A dialect added by the caller: a reader is all it takes.
     const echo = () => {
       let ended = false;

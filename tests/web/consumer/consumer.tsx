@@ -11,7 +11,9 @@ import {
 } from 'tokenrelay/sse';
 import {
   ChatCompletionsReader,
+  MessagesReader,
   READERS,
+  ResponsesReader,
   ReplyError,
   detectDialect,
   readReply,
@@ -105,6 +107,9 @@ const fed: ReplyEvent[] = [
   ...reader.feed({ type: 'message', data: '{}', id: '', retry: null }),
   ...reader.finish(),
 ];
+const dialectReaders: DialectReader[] = [new ResponsesReader(), new MessagesReader()];
+const ping: ServerSentEvent = { type: 'ping', data: '{}', id: '', retry: null };
+const ended: boolean = dialectReaders.every((r) => r.feed(ping).length === 0 && !r.done);
 const dialect: string = detectDialect({ type: 'message', data: '', id: '', retry: null });
 const readers = { ...READERS, custom: () => new ChatCompletionsReader() };
 const replyError = new ReplyError('cut', 'truncated', { status: null });
@@ -181,6 +186,7 @@ export const used = [
   failed,
   truncated,
   fed,
+  ended,
   dialect,
   readers,
   replyError,

@@ -1,4 +1,4 @@
-// Types of `tokenrelay/reply` (reply.js, reply_events.js, reply_chat.js).
+// Types of `tokenrelay/reply` (reply.js, reply_events.js, reply_chat.js, reply_responses.js, reply_messages.js).
 
 import type { ServerSentEvent } from './sse.js';
 
@@ -59,6 +59,22 @@ export declare function readReply(
 export declare class ChatCompletionsReader implements DialectReader {
   constructor();
   feed(event: { data: string }): ReplyEvent[];
+  finish(): ReplyEvent[];
+  readonly done: boolean;
+}
+
+/** The OpenAI Responses API reader (`event: response.*`). */
+export declare class ResponsesReader implements DialectReader {
+  constructor();
+  feed(event: { type: string; data: string }): ReplyEvent[];
+  finish(): ReplyEvent[];
+  readonly done: boolean;
+}
+
+/** The Anthropic Messages API reader (`event: message_start` … `message_stop`). */
+export declare class MessagesReader implements DialectReader {
+  constructor();
+  feed(event: { type: string; data: string }): ReplyEvent[];
   finish(): ReplyEvent[];
   readonly done: boolean;
 }

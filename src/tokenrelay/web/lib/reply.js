@@ -1,18 +1,24 @@
 // `tokenrelay/reply`: a streamed reply from a fetch Response, as reply events (reply_events.js), whatever
 // the dialect. The SSE body is parsed with one SSEParser (one decoder per stream); each dialect is a small
 // sans-I/O reader, feed(sseEvent) → events and finish() → the last ones, in a module of its own
-// (reply_chat.js for Chat Completions). Adding a dialect is writing that reader and naming it in READERS.
+// (reply_chat.js for Chat Completions, reply_responses.js for the OpenAI Responses API, reply_messages.js for
+// the Anthropic Messages API). Adding a dialect is writing that reader and naming it in READERS.
 //
 // The dialect is the option `dialect`, or is told by the first event: the OpenAI Responses API names its
 // events `response.*`, the Anthropic Messages API `message_start`, `content_block_*`…; Chat Completions sends
-// unnamed `data:` events. A dialect with no reader here ends the read with an `error` (code `dialect`).
+// unnamed `data:` events. A dialect with no reader (an option naming one READERS lacks) ends the read with
+// an `error` (code `dialect`).
 
 import { ChatCompletionsReader } from './reply_chat.js';
+import { MessagesReader } from './reply_messages.js';
+import { ResponsesReader } from './reply_responses.js';
 import { ReplyError } from './reply_events.js';
 import { SSEError, SSEParser } from './sse.js';
 
 export { ReplyError } from './reply_events.js';
 export { ChatCompletionsReader } from './reply_chat.js';
+export { MessagesReader } from './reply_messages.js';
+export { ResponsesReader } from './reply_responses.js';
 
 /**
  * The readers by dialect: a function making a fresh reader for one reply.
@@ -20,6 +26,8 @@ export { ChatCompletionsReader } from './reply_chat.js';
  */
 export const READERS = {
   'chat-completions': () => new ChatCompletionsReader(),
+  responses: () => new ResponsesReader(),
+  messages: () => new MessagesReader(),
 };
 
 const MESSAGES_EVENTS = new Set([

@@ -14,13 +14,7 @@
 // like, and a caller that parses the text as JSON learns from `finish.reason` (`length`,
 // `content_filter`) that it was cut before it parses anything.
 
-import { ReplyError } from './reply_events.js';
-
-const isObject = (value) => value !== null && typeof value === 'object' && !Array.isArray(value);
-const isCount = (value) => typeof value === 'number' && Number.isInteger(value);
-// A JSON string may hold a lone surrogate escape ("\ud800"), which JSON.parse keeps: the app gets U+FFFD
-// in its place, as a decoder would have given for bad bytes (a lone surrogate is no text to show or send).
-const wellFormed = (text) => (text.isWellFormed() ? text : text.toWellFormed());
+import { ReplyError, isCount, isObject, wellFormed } from './reply_events.js';
 
 /**
  * Reads the chunks of one reply (sans-I/O): feed(event) returns the new content text, if any.

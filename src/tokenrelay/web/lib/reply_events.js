@@ -36,3 +36,19 @@ export class ReplyError extends Error {
  *   | {type: 'finish', reason: string, usage: {inputTokens: number, outputTokens: number} | null}
  *   | {type: 'error', error: ReplyError}} ReplyEvent
  */
+
+// What the dialects' readers share (not exported by the package: reply.js re-exports only ReplyError).
+
+/** @param {unknown} value @returns {value is Record<string, any>} */
+export const isObject = (value) => value !== null && typeof value === 'object' && !Array.isArray(value);
+/** @param {unknown} value @returns {value is number} */
+export const isCount = (value) => typeof value === 'number' && Number.isInteger(value);
+/**
+ * A JSON string may hold a lone surrogate escape ("\ud800"), which JSON.parse keeps: the app gets U+FFFD
+ * in its place, as a decoder would have given for bad bytes (a lone surrogate is no text to show or send).
+ * @param {string} text
+ */
+export const wellFormed = (text) => (text.isWellFormed() ? text : text.toWellFormed());
+
+/** The one `error` event of a reply that is not whole. */
+export const failed = (message, code) => ({ type: 'error', error: new ReplyError(message, code) });
