@@ -19,7 +19,6 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -35,6 +34,7 @@ from tokenrelay._parsers import resolve_reasoning_parser, resolve_tool_call_pars
 from tokenrelay.engines.base import Engine
 
 from .admission import Admission
+from .config import ServerConfig
 from .diagnostics import add_diagnostics_routes
 from .docs import add_docs_routes
 from .generation import ENDPOINTS, ERROR_BODIES, Endpoint, Run, error_bytes, shutting_down
@@ -43,7 +43,7 @@ from .metrics import CONTENT_TYPE, ServerMetrics
 from .openapi import describe
 from .page import mount_page
 from .responses import EventStreamResponse, JSONGenerationResponse
-from .responses_store import DEFAULT_MAX_BYTES, DEFAULT_MAX_RESPONSES, ResponseStore, add_response_routes
+from .responses_store import ResponseStore, add_response_routes
 
 if TYPE_CHECKING:
     from .board import Seat
@@ -55,41 +55,6 @@ __all__ = ["THINKING_UNAVAILABLE", "ServerConfig", "create_app"]
 THINKING_UNAVAILABLE = (b"x-tokenrelay-reasoning", b"unavailable")
 
 log = logging.getLogger("tokenrelay.server")
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """Limits and switches of one server. The defaults suit one small model on a laptop."""
-
-    api_key: str | None = None
-    max_active: int = 64  # generations running at once
-    max_queued: int = 256  # generations waiting for a slot; beyond this, 429
-    max_body_bytes: int = 1 << 20  # larger request bodies get 413
-    body_timeout: float = 30.0  # a request body that takes longer to arrive gets 408
-    max_prompt_chars: int = 200_000  # longer prompts get 400 before they are tokenized
-    max_tokens_limit: int = 4096  # the largest max_tokens a request may ask for
-    default_max_tokens: int = 512  # when a request names none
-    keepalive_interval: float = 15.0  # seconds of silence before a keep-alive comment
-    send_timeout: float = 30.0  # a client that reads nothing for this long is dropped
-    gzip: bool = True  # compress ordinary responses (never event streams)
-    model_aliases: tuple[str, ...] = ()
-    retry_after: float = 1.0
-    diagnostics: bool = True  # the doctor's diagnostic stream under /v1/diagnostics/
-    # While the app runs, the cyclic collector skips what existed at startup and makes full passes rarer
-    # (_tune_collector); False leaves the process's collector alone.
-    tune_gc: bool = True
-    # How replies are read (issue 31): vLLM's --reasoning-parser and --tool-call-parser names. Reasoning: None
-    # detects the format from the model's chat template, "none" splits nothing. Tool calls: None leaves the
-    # choice to the engine (generation.call_format). Resolved once, into _Server's reasoning_format and
-    # tool_call_format; an unknown name is a ConfigError naming the choices (create_app raises it).
-    reasoning_parser: str | None = None
-    tool_call_parser: str | None = None
-    # The thinking budget of a request that gives none (llama-server's --reasoning-budget): None is no cap, 0
-    # turns thinking off. Enforced by the engines that sample here (the embedded one).
-    reasoning_budget: int | None = None
-    # The Responses API's stored responses (responses_store.py): in memory, oldest evicted beyond either bound.
-    responses_store_count: int = DEFAULT_MAX_RESPONSES
-    responses_store_bytes: int = DEFAULT_MAX_BYTES
 
 
 class _Server:
