@@ -22,7 +22,7 @@ import pytest
 from tokenrelay import load_tokenizer
 from tokenrelay.engines import ReplayEngine
 from tokenrelay.server import ServerConfig, create_app
-from tokenrelay.server.app import FULL_PASS_EVERY
+from tokenrelay.server.collector import FULL_PASS_EVERY
 
 TEXT = "Hello 🙂 world: नमस्ते, 日本語のテキスト. The end."
 

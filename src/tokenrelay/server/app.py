@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ from tokenrelay._parsers import resolve_reasoning_parser, resolve_tool_call_pars
 from tokenrelay.engines.base import Engine
 
 from .admission import Admission
+from .collector import restore_collector, tune_collector
 from .config import ServerConfig
 from .diagnostics import add_diagnostics_routes
 from .docs import add_docs_routes
@@ -119,37 +119,6 @@ class _Server:
             run.interrupt()
 
 
-#: Full passes of the cyclic collector come after this many passes over the middle generation (CPython's
-#: default is 10); see _tune_collector.
-FULL_PASS_EVERY = 100
-
-
-def _tune_collector() -> tuple[int, ...]:
-    """Freeze what exists at startup and make the collector's full passes rarer; returns the old thresholds.
-
-    A full pass walks every tracked object, and while it walks no stream sends: with 1,000 streams opening
-    within a second, CPython's defaults ran two to five of them, 80–140 ms each, and they made the tail of the
-    inter-token gaps (benchmarks/server_load.py prints them). Two changes, undone at shutdown:
-
-    * ``gc.freeze()`` after a collection: what exists at startup (modules, routes, the engine, the tokenizer
-      and its tables: 60,000 objects and more) lives as long as the server, so no pass walks it. Frozen
-      objects are still freed by reference counting; only a cycle among them would wait for shutdown.
-    * a full pass after ``FULL_PASS_EVERY`` middle passes instead of 10. Young cycles are still collected as
-      often as before; what a full pass could free is garbage that survived two younger passes, and the
-      request path makes none (every request's objects are freed by reference counting when it ends,
-      tests/test_server_gc.py).
-
-    ``ServerConfig(tune_gc=False)`` leaves the collector alone, for an app mounted in a larger process that
-    manages its own.
-    """
-    thresholds = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    young, middle, full = thresholds
-    gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))
-    return thresholds
-
-
 def _error_response(
     exc: TokenRelayError,
     headers: Mapping[str, str] | None = None,
@@ -221,7 +190,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None, *, seat: Seat
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        thresholds = _tune_collector() if config.tune_gc else None
+        thresholds = tune_collector() if config.tune_gc else None
         yield
         # On shutdown uvicorn cancels the streams still open after its graceful timeout, but does not wait
         # for them; give them a moment to close their generations and log, then release the engine.
@@ -232,8 +201,7 @@ def create_app(engine: Engine, config: ServerConfig | None = None, *, seat: Seat
         server.intake.close()
         await engine.aclose()
         if thresholds is not None:  # the collector as it was (an app in a test, one of many)
-            gc.unfreeze()
-            gc.set_threshold(*thresholds)
+            restore_collector(thresholds)
 
     # FastAPI's /docs and /redoc load their scripts from a CDN (blank offline): ours are served from here.
     app = _RelayApp(title="tokenrelay", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)

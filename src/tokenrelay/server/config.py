@@ -29,7 +29,7 @@ class ServerConfig:
     retry_after: float = 1.0
     diagnostics: bool = True  # the doctor's diagnostic stream under /v1/diagnostics/
     # While the app runs, the cyclic collector skips what existed at startup and makes full passes rarer
-    # (_tune_collector); False leaves the process's collector alone.
+    # (collector.tune_collector); False leaves the process's collector alone.
     tune_gc: bool = True
     # How replies are read (issue 31): vLLM's --reasoning-parser and --tool-call-parser names. Reasoning: None
     # detects the format from the model's chat template, "none" splits nothing. Tool calls: None leaves the
