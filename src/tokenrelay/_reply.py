@@ -67,7 +67,10 @@ __all__ = [
 EndReason: TypeAlias = Literal["stop", "length", "tool_calls"]
 
 
-@dataclass(frozen=True, slots=True)
+# The per-token events are plain slotted classes, not frozen ones: a frozen dataclass's __init__ goes through
+# object.__setattr__ per field, 670 ns against 140 ns here (python -m timeit), once per token on the reasoning
+# path. Nothing changes them once made.
+@dataclass(slots=True)
 class ReasoningDelta:
     """Reasoning text that is final (the model's thinking, apart from the answer)."""
 
@@ -87,7 +90,7 @@ class CallStarted:
     steps: tuple[StepTime, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallArguments:
     """More of the ``index``-th call's arguments: JSON text as the model wrote it, never re-serialized."""
 
