@@ -132,10 +132,11 @@ async def test_cancel_after_n_steps_stops_within_one_step(engine: LlamaCppEngine
     with contextlib.suppress(asyncio.CancelledError):
         await task
     await engine.wait_idle()
-    # Each step computed one token; at most the one in flight at the cancel follows the n consumed.
-    assert n <= engine.steps_computed - before <= n + 1
+    # Each step computed one token; at most the one in flight at the cancel follows the n consumed, and the
+    # prompt may take one step more (the rest of it, before its last token is read alone: issue 33).
+    assert n <= engine.steps_computed - before <= n + 2
     await asyncio.sleep(0.2)
-    assert engine.steps_computed - before <= n + 1
+    assert engine.steps_computed - before <= n + 2
 
 
 async def test_closing_the_iterator_stops_it_and_the_engine_stays_usable(engine: LlamaCppEngine) -> None:
