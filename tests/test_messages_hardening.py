@@ -246,7 +246,6 @@ def test_a_full_queue_is_a_429_rate_limit_error_and_a_client_leaving_stops_its_g
             busy = client.post("/v1/messages", content=body())
             assert busy.status_code == 429 and busy.headers["retry-after"]
             assert busy.json()["error"]["type"] == "rate_limit_error"
-            lines.close()  # the reader goes with the stream it reads
         # The client left mid-stream: its generation ends, and the server takes the next request.
         deadline = time.monotonic() + 10
         while client.get("/health").json()["active"]:
