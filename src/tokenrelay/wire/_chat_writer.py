@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from tokenrelay._errors import TokenRelayError
 from tokenrelay._reply import (
@@ -58,12 +59,15 @@ def openai_error_body(error: TokenRelayError) -> tuple[int, bytes]:
     return error.status_code, json.dumps(error.to_openai(), separators=(",", ":")).encode()
 
 
-class ChatReplyWriter:
-    """One ``chat.completion`` reply as a stream (``start``/``write``) or a body (``body``)."""
+class _OpenAIReplyWriter:
+    """What the two OpenAI writers share: the chunk writer, ``return_token_ids``, step-time stamps, the end
+    (finish chunk, usage, ``[DONE]``), an error, and a body's token ids."""
 
     keepalive = KEEPALIVE
 
     __slots__ = ("_chunks", "_created", "_id", "_ids", "_model", "_origin", "_prompt_ids", "_usage")
+
+    _chunks: ChatChunkWriter | TextChunkWriter
 
     def __init__(
         self,
@@ -78,7 +82,6 @@ class ChatReplyWriter:
         """``prompt_ids``: given when the client asked for ``return_token_ids`` (every chunk then carries
         ids, the first one the prompt's)."""
         self._id, self._model, self._created = id, model, created
-        self._chunks = ChatChunkWriter(id=id, model=model, created=created, include_usage=include_usage)
         self._usage = include_usage
         self._prompt_ids = prompt_ids
         self._ids = prompt_ids is not None
@@ -89,19 +92,62 @@ class ChatReplyWriter:
             return frame
         return timed_frame(frame, origin=self._origin, sent=sent, steps=steps)  # type: ignore[arg-type]
 
-    def start(self, sent: float | None = None) -> Sequence[bytes]:
+    def _text(self, event: TextDelta, sent: float | None) -> Sequence[bytes]:
+        chunks = self._chunks
+        frame = chunks.delta_with_ids(event.text, event.token_ids) if self._ids else chunks.delta(event.text)
+        return (self._stamp(frame, sent, event.steps),)
+
+    def _end(self, event: ReplyEvent, sent: float | None) -> Sequence[bytes]:
+        """The frames of ``ReplyEnded`` or ``ReplyFailed``: the last of the stream."""
+        if type(event) is ReplyFailed:
+            return (error_event(event.error), DONE)
+        assert isinstance(event, ReplyEnded)
+        chunks = self._chunks
+        finish = self._stamp(
+            chunks.finish(event.reason, event.token_ids if self._ids else None), sent, event.steps
+        )
+        if self._usage:
+            usage = chunks.usage(event.usage, event.reasoning_tokens)
+            return (finish, self._stamp(usage, sent, None), DONE)
+        return (finish, DONE)
+
+    def _with_ids(self, body: dict[str, object], reply: Reply) -> bytes:
+        """``body`` with vLLM's token-id fields when asked for (the prompt's at the top, the reply's in the
+        choice), as bytes."""
         if self._prompt_ids is not None:
-            self._chunks.prompt_token_ids(self._prompt_ids)
-        return (self._stamp(self._chunks.role(), sent, None),)
+            body["prompt_token_ids"] = list(self._prompt_ids)
+            choices = body["choices"]
+            assert isinstance(choices, list)
+            choices[0]["token_ids"] = reply.token_ids
+        return json_bytes(body)
+
+    error_body = staticmethod(openai_error_body)
+
+
+class ChatReplyWriter(_OpenAIReplyWriter):
+    """One ``chat.completion`` reply as a stream (``start``/``write``) or a body (``body``)."""
+
+    __slots__ = ()
+
+    def __init__(self, **fields: Any) -> None:
+        super().__init__(**fields)
+        self._chunks = ChatChunkWriter(
+            id=self._id, model=self._model, created=self._created, include_usage=self._usage
+        )
+
+    def start(self, sent: float | None = None) -> Sequence[bytes]:
+        chunks = self._chunks
+        assert isinstance(chunks, ChatChunkWriter)
+        if self._prompt_ids is not None:
+            chunks.prompt_token_ids(self._prompt_ids)
+        return (self._stamp(chunks.role(), sent, None),)
 
     def write(self, event: ReplyEvent, sent: float | None = None) -> Sequence[bytes]:
         chunks, t = self._chunks, type(event)
+        assert isinstance(chunks, ChatChunkWriter)
         if t is TextDelta:
-            assert isinstance(event, TextDelta)
-            frame = (
-                chunks.delta_with_ids(event.text, event.token_ids) if self._ids else chunks.delta(event.text)
-            )
-        elif t is ReasoningDelta:
+            return self._text(event, sent)  # type: ignore[arg-type]
+        if t is ReasoningDelta:
             assert isinstance(event, ReasoningDelta)
             frame = chunks.reasoning(event.text, event.token_ids if self._ids else None)
         elif t is CallStarted:
@@ -114,23 +160,9 @@ class ChatReplyWriter:
             frame = chunks.tool_arguments(event.index, event.text, event.token_ids if self._ids else None)
         elif t is CallEnded:
             return ()
-        elif t is ReplyEnded:
-            assert isinstance(event, ReplyEnded)
-            return self._end(event, sent)
         else:
-            assert isinstance(event, ReplyFailed)
-            return (error_event(event.error), DONE)
+            return self._end(event, sent)
         return (self._stamp(frame, sent, event.steps),)
-
-    def _end(self, event: ReplyEnded, sent: float | None) -> Sequence[bytes]:
-        chunks = self._chunks
-        finish = self._stamp(
-            chunks.finish(event.reason, event.token_ids if self._ids else None), sent, event.steps
-        )
-        if self._usage:
-            usage = chunks.usage(event.usage, event.reasoning_tokens)
-            return (finish, self._stamp(usage, sent, None), DONE)
-        return (finish, DONE)
 
     def body(self, reply: Reply) -> bytes:
         end = reply.end
@@ -145,70 +177,31 @@ class ChatReplyWriter:
             reasoning=reply.reasoning or None,
             reasoning_tokens=end.reasoning_tokens,
         )
-        if (
-            self._prompt_ids is not None
-        ):  # vLLM's shapes: the prompt's ids at the top, the reply's in the choice
-            body["prompt_token_ids"] = list(self._prompt_ids)
-            choices = body["choices"]
-            assert isinstance(choices, list)
-            choices[0]["token_ids"] = reply.token_ids
-        return json_bytes(body)
-
-    error_body = staticmethod(openai_error_body)
+        return self._with_ids(body, reply)
 
 
-class CompletionReplyWriter:
+class CompletionReplyWriter(_OpenAIReplyWriter):
     """One legacy ``text_completion`` reply (``/v1/completions``: text only, no calls, no reasoning)."""
 
-    keepalive = KEEPALIVE
+    __slots__ = ()
 
-    __slots__ = ("_chunks", "_created", "_id", "_ids", "_model", "_origin", "_prompt_ids", "_usage")
-
-    def __init__(
-        self,
-        *,
-        id: str,
-        model: str,
-        created: int,
-        include_usage: bool = False,
-        prompt_ids: Sequence[int] | None = None,
-        origin: float | None = None,
-    ) -> None:
-        self._id, self._model, self._created = id, model, created
-        self._chunks = TextChunkWriter(id=id, model=model, created=created, include_usage=include_usage)
-        self._usage = include_usage
-        self._prompt_ids = prompt_ids
-        self._ids = prompt_ids is not None
-        self._origin = origin
+    def __init__(self, **fields: Any) -> None:
+        super().__init__(**fields)
+        self._chunks = TextChunkWriter(
+            id=self._id, model=self._model, created=self._created, include_usage=self._usage
+        )
 
     def start(self, sent: float | None = None) -> Sequence[bytes]:
         if self._prompt_ids is not None:
             self._chunks.prompt_token_ids(self._prompt_ids)
         return ()
 
-    def _stamp(self, frame: bytes, sent: float | None, steps: object) -> bytes:
-        if self._origin is None or sent is None:
-            return frame
-        return timed_frame(frame, origin=self._origin, sent=sent, steps=steps)  # type: ignore[arg-type]
-
     def write(self, event: ReplyEvent, sent: float | None = None) -> Sequence[bytes]:
-        chunks, t = self._chunks, type(event)
+        t = type(event)
         if t is TextDelta:
-            assert isinstance(event, TextDelta)
-            frame = (
-                chunks.delta_with_ids(event.text, event.token_ids) if self._ids else chunks.delta(event.text)
-            )
-            return (self._stamp(frame, sent, event.steps),)
-        if t is ReplyEnded:
-            assert isinstance(event, ReplyEnded)
-            finish = chunks.finish(event.reason, event.token_ids if self._ids else None)
-            finish = self._stamp(finish, sent, event.steps)
-            if self._usage:
-                return (finish, self._stamp(chunks.usage(event.usage), sent, None), DONE)
-            return (finish, DONE)
-        if t is ReplyFailed:
-            assert isinstance(event, ReplyFailed)
-            return (error_event(event.error), DONE)
+            return self._text(event, sent)  # type: ignore[arg-type]
+        if t is ReplyEnded or t is ReplyFailed:
+            return self._end(event, sent)
         raise TypeError(f"a text completion has no {t.__name__}")
 
     def body(self, reply: Reply) -> bytes:
@@ -221,11 +214,4 @@ class CompletionReplyWriter:
             finish_reason=end.reason,
             usage=end.usage,
         )
-        if self._prompt_ids is not None:
-            body["prompt_token_ids"] = list(self._prompt_ids)
-            choices = body["choices"]
-            assert isinstance(choices, list)
-            choices[0]["token_ids"] = reply.token_ids
-        return json_bytes(body)
-
-    error_body = staticmethod(openai_error_body)
+        return self._with_ids(body, reply)
