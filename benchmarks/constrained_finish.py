@@ -29,10 +29,8 @@ import contextlib
 import json
 import socket
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,10 @@ import httpx
 import jsonschema
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+
+from engine_concurrency import running  # noqa: E402  # start a server, wait for /health, stop it
+
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "tokenrelay" / "llama-server" / "llama-server"
 TOOLS_TEMPLATE = ROOT / "tests" / "data" / "llama-server-tools.jinja"
 
@@ -226,6 +228,7 @@ class Server:
     url: str
     kinds: set[str]
     extra: dict[str, Any] = field(default_factory=dict)  # added to every request
+    env: dict[str, str] = field(default_factory=dict)  # added to the server's environment (ec.running)
 
 
 @dataclass
@@ -253,33 +256,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def running(server: Server) -> Iterator[None]:
-    proc = subprocess.Popen(server.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
-                raise SystemExit(f"{server.name} exited: {err}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(server.url + "/health", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{server.name} did not start")
-            time.sleep(0.25)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def servers(args: argparse.Namespace) -> list[Server]:
@@ -433,7 +409,7 @@ def main() -> None:
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         for server in chosen:  # all up at once: the counts do not depend on timing, only the wall clock does
-            stack.enter_context(running(server))
+            stack.enter_context(running(server))  # type: ignore[arg-type]  # same fields
         print(f"{len(chosen)} servers up in {time.monotonic() - started:.0f} s", flush=True)
 
         async def everything() -> list[Tally]:
