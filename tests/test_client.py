@@ -161,7 +161,11 @@ def test_timings_separate_first_byte_first_token_and_gaps(url: str) -> None:
     timings = result.timings
     assert timings.time_to_first_byte is not None and timings.time_to_first_token is not None
     assert timings.time_to_first_token - timings.time_to_first_byte >= 0.025  # the role chunk came first
-    assert min(timings.inter_token_gaps) >= 0.025
+    # The server sleeps 30 ms before each delta. One late read on a busy machine shortens the gap after it, so
+    # each gap only shows that two deltas did not arrive together, and their sum shows the pacing.
+    gaps = timings.inter_token_gaps
+    assert min(gaps) >= 0.005
+    assert sum(gaps) >= 0.025 * len(gaps)
     assert timings.total >= sum(timings.inter_token_gaps)
 
 
