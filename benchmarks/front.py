@@ -378,21 +378,27 @@ class Connection(asyncio.Protocol):
         return self.reply
 
 
-def chat_body(model: str, prompt: str, tokens: int) -> bytes:
-    return json.dumps(
-        {
-            "model": model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": tokens,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    ).encode()
+#: ``--api``: the path the load posts to, and how a streamed reply of that dialect is read.
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 
 
-async def load(url: str, model: str, clients: int, requests: int, tokens: int) -> tuple[float, list[Reply]]:
-    """``clients`` connections, each sending ``requests`` streamed chats one after another."""
+def request_body(api: str, model: str, prompt: str, tokens: int) -> bytes:
+    """A streamed request for ``tokens`` tokens at temperature 0, in the ``api``'s own shape."""
+    body: dict[str, Any] = {"model": model, "temperature": 0, "stream": True}
+    if api == "chat":
+        body |= {"messages": [{"role": "user", "content": prompt}], "max_tokens": tokens}
+        body["stream_options"] = {"include_usage": True}
+    elif api == "responses":
+        body |= {"input": prompt, "max_output_tokens": tokens}
+    else:
+        body |= {"messages": [{"role": "user", "content": prompt}], "max_tokens": tokens}
+    return json.dumps(body).encode()
+
+
+async def load(
+    url: str, model: str, clients: int, requests: int, tokens: int, api: str = "chat"
+) -> tuple[float, list[Reply]]:
+    """``clients`` connections, each sending ``requests`` streamed replies one after another."""
     loop = asyncio.get_running_loop()
     host, port = url.removeprefix("http://").split(":")
     replies: list[Reply] = []
@@ -403,10 +409,11 @@ async def load(url: str, model: str, clients: int, requests: int, tokens: int) -
         try:
             for k in range(requests):
                 prompt = PROMPTS[(index + k) % len(PROMPTS)]
-                body = chat_body(model, prompt, tokens)
+                body = request_body(api, model, prompt, tokens)
                 head = (
-                    f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                    f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n"
+                    f"POST {PATHS[api]} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                    f"Authorization: Bearer {KEY}\r\nx-api-key: {KEY}\r\nanthropic-version: 2023-06-01\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
                 ).encode()
                 replies.append(await conn.request(prompt, head, body))
                 if conn.transport is None or conn.transport.is_closing():
@@ -429,8 +436,37 @@ class Parsed:
     ok: bool
 
 
-def parse(reply: Reply) -> Parsed:
+def _read_chat(chunk: dict[str, Any]) -> tuple[str | None, int | None, bool]:
+    """A Chat Completions chunk's text, completion tokens (in its usage) and whether it ends the reply."""
+    usage = chunk.get("usage")
+    pieces = [(c.get("delta") or {}).get("content") for c in chunk.get("choices") or ()]
+    return "".join(p for p in pieces if p) or None, usage.get("completion_tokens") if usage else None, False
+
+
+def _read_responses(event: dict[str, Any]) -> tuple[str | None, int | None, bool]:
+    kind = event.get("type")
+    if kind == "response.output_text.delta":
+        return event["delta"] or None, None, False
+    if kind in ("response.completed", "response.incomplete"):
+        return None, event["response"]["usage"]["output_tokens"], True
+    return None, None, False
+
+
+def _read_messages(event: dict[str, Any]) -> tuple[str | None, int | None, bool]:
+    kind = event.get("type")
+    if kind == "content_block_delta" and event["delta"].get("type") == "text_delta":
+        return event["delta"]["text"] or None, None, False
+    if kind == "message_delta":
+        return None, event["usage"]["output_tokens"], False
+    return None, None, kind == "message_stop"
+
+
+READERS = {"chat": _read_chat, "responses": _read_responses, "messages": _read_messages}
+
+
+def parse(reply: Reply, api: str = "chat") -> Parsed:
     parser = SSEParser()
+    read = READERS[api]
     text: list[str] = []
     ttft = None
     tokens = frames = 0
@@ -438,19 +474,16 @@ def parse(reply: Reply) -> Parsed:
     for arrival, data in reply.reads:
         for event in parser.feed(data):
             if event.data == "[DONE]":
-                done = True
+                done = api == "chat"  # the end of a chat stream; tolerated, and not the end, on the others
                 continue
-            chunk = json.loads(event.data)
-            usage = chunk.get("usage")
-            if usage:
-                tokens = usage.get("completion_tokens", 0)
-            for choice in chunk.get("choices") or ():
-                piece = (choice.get("delta") or {}).get("content")
-                if piece:
-                    frames += 1
-                    text.append(piece)
-                    if ttft is None:
-                        ttft = arrival - reply.sent
+            piece, count, last = read(json.loads(event.data))
+            tokens = count if count is not None else tokens
+            done = done or last
+            if piece:
+                frames += 1
+                text.append(piece)
+                if ttft is None:
+                    ttft = arrival - reply.sent
     return Parsed("".join(text), ttft, tokens, frames, reply.status == 200 and done)
 
 
@@ -480,14 +513,20 @@ class Batch:
 
 
 def run_batch(
-    front: Server, clients: int, requests: int, tokens: int, refs: dict[str, str], run: Runner
+    front: Server,
+    clients: int,
+    requests: int,
+    tokens: int,
+    refs: dict[str, str],
+    run: Runner,
+    api: str = "chat",
 ) -> Batch:
     pid = front.proc.pid if front.proc is not None else None
     user0, sys0 = tree_times(pid) if pid is not None else (0.0, 0.0)
-    wall, replies = run(load(front.url, front.model, clients, requests, tokens))
+    wall, replies = run(load(front.url, front.model, clients, requests, tokens, api))
     user1, sys1 = tree_times(pid) if pid is not None else (math.nan, math.nan)
     cpu, system = user1 + sys1 - user0 - sys0, sys1 - sys0
-    parsed = [(r.prompt, parse(r)) for r in replies]
+    parsed = [(r.prompt, parse(r, api)) for r in replies]
     good = [p for _, p in parsed if p.ok]
     return Batch(
         cpu=cpu,
@@ -687,6 +726,13 @@ def main() -> None:
     parser.add_argument(
         "--short-requests", type=int, default=512, help="requests per short batch (default: 512)"
     )
+    parser.add_argument(
+        "--api",
+        choices=sorted(PATHS),
+        default="chat",
+        help="the dialect the load speaks to every front: chat (Chat Completions), responses (OpenAI "
+        "Responses) or messages (Anthropic Messages); the upstream is the same OpenAI-compatible server",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", metavar="FRONT", help="py-spy over FRONT's long batches (20 s each)")
     parser.add_argument("--perf", metavar="FRONT", help="perf record over FRONT's long batches (Linux perf)")
@@ -728,7 +774,11 @@ def main() -> None:
             for name in fronts:
                 servers[name] = start_front(name, upstream, args.tokenizer, logs)
             refs = {n: references(upstream, n) for n in (args.tokens, args.short_tokens)}
-            print(f"upstream {upstream.url} ({upstream.model}); fronts: {', '.join(fronts)}", flush=True)
+            print(
+                f"upstream {upstream.url} ({upstream.model}); fronts: {', '.join(fronts)}; "
+                f"the load speaks {args.api} ({PATHS[args.api]})",
+                flush=True,
+            )
             for r in range(args.rounds):
                 order = fronts[r % len(fronts) :] + fronts[: r % len(fronts)]
                 for streams in streams_list:
@@ -745,13 +795,21 @@ def main() -> None:
                                 watch.enter_context(profiling(front, 20, raw))
                             if native:
                                 watch.enter_context(perf_recording(front, data))
-                            long = run_batch(front, streams, per_client, args.tokens, refs[args.tokens], run)
+                            long = run_batch(
+                                front, streams, per_client, args.tokens, refs[args.tokens], run, args.api
+                            )
                         if spy:
                             summarize_profile(raw)
                         if native:
                             summarize_perf(data)
                         short = run_batch(
-                            front, streams, short_per_client, args.short_tokens, refs[args.short_tokens], run
+                            front,
+                            streams,
+                            short_per_client,
+                            args.short_tokens,
+                            refs[args.short_tokens],
+                            run,
+                            args.api,
                         )
                         results[streams][name].long.append(long)
                         results[streams][name].short.append(short)

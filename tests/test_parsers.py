@@ -81,3 +81,33 @@ def test_serve_help_names_the_parsers_and_what_a_template_decides(capsys: pytest
     assert "--reasoning-parser NAME" in out and "--tool-call-parser NAME" in out
     assert "detected from the model's chat template" in out and "not detected from a template" in out
     assert all(name in out for name in (*REASONING_PARSERS, *TOOL_CALL_PARSERS))
+
+
+async def test_markers_that_are_special_tokens_reach_the_parser() -> None:
+    """Mistral's ``[TOOL_CALLS]`` is a special token of the real Tekken vocabulary (id 9), which the text
+    leaves out by default: a reply whose format reads such markers (``mistral`` calls, Magistral's
+    ``[THINK]``) is decoded with special tokens kept, so the call is found; without tools it stays out."""
+    from server_helpers import asgi_client
+    from tokenrelay import load_tokenizer
+    from tokenrelay.engines.replay import ReplayEngine
+    from tokenrelay.server import ServerConfig, create_app
+
+    tok = load_tokenizer("tekken")
+    assert tok.decode([9], skip_special_tokens=False) == "[TOOL_CALLS]"
+    args = '[{"name": "get_weather", "arguments": {"city": "Zürich 🌦"}}]'
+    engine = ReplayEngine(tok, args, rate=None)
+    engine._ids = [9, *tok.encode(args), *sorted(tok.eos_token_ids)]  # the marker as the model writes it
+    app = create_app(engine, ServerConfig(tool_call_parser="mistral"))
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    body = {"model": "replay", "messages": [{"role": "user", "content": "Weather?"}]}
+    async with asgi_client(app) as client:
+        called = (await client.post("/v1/chat/completions", json={**body, "tools": [tool]})).json()
+        plain = (await client.post("/v1/chat/completions", json=body)).json()
+    choice = called["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    [call] = choice["message"]["tool_calls"]
+    assert (call["function"]["name"], call["function"]["arguments"]) == (
+        "get_weather",
+        '{"city": "Zürich 🌦"}',
+    )
+    assert plain["choices"][0]["message"]["content"] == args  # no parser asked: the special token is skipped

@@ -180,6 +180,57 @@ def test_reasoning_becomes_reasoning_events_that_count_their_tokens_and_calls_co
         assert all_ids(events) == ids
 
 
+def test_stop_strings_act_on_the_answer_only_at_every_cut() -> None:
+    """A stop string inside reasoning is reasoning text; the first one in the answer ends the reply there,
+    names itself, and makes the pipeline done (the engine is stopped); the same for every cut of the ids."""
+    text = "<think>\nहम्म 🤔 END? not yet; ✋ here</think>\n\nAnswer: 42 ✋ END and more ✋ END"
+    ids = [*TOK.encode(text), *sorted(TOK.eos_token_ids)[:1]]
+
+    def run_stops(steps: Sequence[Sequence[int]]) -> tuple[list[ReplyEvent], bool]:
+        stream = TextStream(TOK)
+        splitter = ReasoningSplitter(REASONING_FORMATS["qwen3"])
+        pipeline = ReplyPipeline(reasoning=splitter, stops=("✋ END", "END?!"))
+        out: list[ReplyEvent] = []
+        for step in steps:
+            for event in stream.feed(step):
+                if isinstance(event, TextDelta):
+                    out.extend(pipeline.feed(event))
+                    if pipeline.done:
+                        out.extend(pipeline.finish(Finished("stop", Usage(0, 0))))
+                        return out, True
+                else:
+                    out.extend(pipeline.finish(event))
+        return out, False
+
+    def parts(events: Sequence[ReplyEvent]) -> tuple[str, str, object, object]:
+        end = events[-1]
+        assert isinstance(end, ReplyEnded)
+        reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+        return reasoning, "".join(e.text for e in events if type(e) is TextDelta), end.reason, end.matched
+
+    whole, done = run_stops([ids])
+    assert done and parts(whole) == ("हम्म 🤔 END? not yet; ✋ here", "Answer: 42 ", "stop", "✋ END")
+    for cut in range(1, len(ids)):
+        events, done = run_stops([ids[:cut], ids[cut:]])
+        assert done and parts(events) == parts(whole), cut
+        assert all(e.text for e in events if isinstance(e, TextDelta | ReasoningDelta))  # none empty
+    one_by_one, _ = run_stops([[i] for i in ids])
+    assert parts(one_by_one) == parts(whole)
+    # ids: every id up to the step that completed the stop, in order, none twice
+    got = all_ids(one_by_one)
+    assert got == ids[: len(got)] and len(got) < len(ids)
+
+
+def test_a_stop_string_held_at_the_end_is_released_as_answer() -> None:
+    pipeline = ReplyPipeline(reasoning=ReasoningSplitter(REASONING_FORMATS["qwen3"]), stops=("STOP",))
+    out = [*pipeline.feed(TextDelta("<think>a STOP b</think>x ST", (1, 2)))]
+    assert not pipeline.done
+    out += pipeline.finish(Finished("length", Usage(0, 2), ()))
+    assert "".join(e.text for e in out if type(e) is TextDelta) == "x ST"
+    end = out[-1]
+    assert isinstance(end, ReplyEnded) and (end.reason, end.matched) == ("length", None)
+
+
 def test_the_collector_gives_the_whole_reply_and_the_end_rule_holds() -> None:
     events = run([_ids()])
     collector = ReplyCollector()

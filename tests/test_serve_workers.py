@@ -143,9 +143,10 @@ def test_a_killed_worker_comes_back_the_metrics_sum_and_sigterm_drains_all(tmp_p
             route = (("endpoint", "/v1/chat/completions"), ("model", "replay"), ("stream", "false"))
             assert got["tokenrelay_requests_total", route] == requests
             assert got["tokenrelay_tokens_total", (("kind", "completion"), *model)] == 3 * requests
-            assert got["tokenrelay_e2e_seconds_count", model] == requests
-            assert got["tokenrelay_ttft_seconds_count", model] == requests
-            assert got["tokenrelay_inter_token_seconds_count", model] == 2 * requests  # two gaps a reply
+            chat = (("endpoint", "/v1/chat/completions"), *model)
+            assert got["tokenrelay_e2e_seconds_count", chat] == requests
+            assert got["tokenrelay_ttft_seconds_count", chat] == requests
+            assert got["tokenrelay_inter_token_seconds_count", chat] == 2 * requests  # two gaps a reply
             assert got["tokenrelay_active_generations", model] == 0
             assert ("tokenrelay_errors_total", (*model, ("type", "server_error"))) in got
             assert any(name == "tokenrelay_build_info" for name, _ in got)
@@ -236,8 +237,9 @@ metrics = ServerMetrics("m", ENDPOINTS, multiprocess=parts > 1)
 gaps = [0.0004 * i for i in range(300)]  # across every bucket of the inter-token histogram
 for i, gap in enumerate(gaps):
     if i % parts == part:
-        metrics.inter_token.observe_many([gap, gap / 2])
-        metrics.ttft.observe(gap * 10)
+        latency = metrics.latency["/v1/completions" if i % 3 else "/v1/messages"]
+        latency.inter_token.observe_many([gap, gap / 2])
+        latency.ttft.observe(gap * 10)
         metrics.completion_tokens.inc(3)
         metrics.requests_by_route["/v1/completions", True].inc()
 if parts == 1 or part == parts:
@@ -277,7 +279,11 @@ def test_two_processes_metrics_equal_one_process_that_saw_everything(tmp_path: P
     assert set(both) == set(one)
     for key, value in one.items():
         assert math.isclose(both[key], value, rel_tol=1e-9, abs_tol=1e-12), key
-    assert one["tokenrelay_inter_token_seconds_count", (("model", "m"),)] == 600
+    gaps = {
+        endpoint: one["tokenrelay_inter_token_seconds_count", (("endpoint", endpoint), ("model", "m"))]
+        for endpoint in ("/v1/completions", "/v1/messages", "/v1/responses")
+    }
+    assert gaps == {"/v1/completions": 400, "/v1/messages": 200, "/v1/responses": 0}
 
 
 def test_serve_help_shows_the_workers_option(capsys: pytest.CaptureFixture[str]) -> None:

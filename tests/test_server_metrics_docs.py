@@ -54,8 +54,34 @@ def test_metrics_count_errors_by_type_with_the_model_label() -> None:
         assert ok.status_code == 200
         samples = scrape(url, "k")
     assert ("tokenrelay_requests_total", {"model": "replay", "endpoint": "/v1/chat/completions", "stream": "true"}, 1.0) in samples  # fmt: skip
-    ttft = [v for n, labels, v in samples if n == "tokenrelay_ttft_seconds_count"]
-    assert ttft == [1.0]
+    ttft = {labels["endpoint"]: v for n, labels, v in samples if n == "tokenrelay_ttft_seconds_count"}
+    assert ttft == {**dict.fromkeys(ENDPOINTS, 0.0), "/v1/chat/completions": 1.0}
+
+
+def test_latency_histograms_are_labelled_by_endpoint() -> None:
+    """TTFT, inter-token and end-to-end time per endpoint: one reply on each dialect counts in its own series,
+    and every endpoint's series is there at zero before its first request."""
+    app, _ = replay_app("hello there, world")
+    message = [{"role": "user", "content": "x"}]
+    requests = {
+        "/v1/chat/completions": {"model": "replay", "messages": message, "stream": True},
+        "/v1/responses": {"model": "replay", "input": "x", "stream": True},
+        "/v1/messages": {"model": "replay", "messages": message, "max_tokens": 20, "stream": True},
+    }
+    with serve(app) as url:
+        before = scrape(url)
+        for path, body in requests.items():
+            with httpx.stream("POST", url + path, json=body) as response:
+                assert response.status_code == 200 and response.read()
+        after = scrape(url)
+    for name in ("tokenrelay_ttft_seconds", "tokenrelay_inter_token_seconds", "tokenrelay_e2e_seconds"):
+        zero = {labels["endpoint"]: v for n, labels, v in before if n == name + "_count"}
+        assert zero == dict.fromkeys(ENDPOINTS, 0.0), name
+        counts = {labels["endpoint"]: v for n, labels, v in after if n == name + "_count"}
+        assert {path for path, count in counts.items() if count} == set(requests), name
+        assert counts["/v1/completions"] == 0.0
+    gaps = {labels["endpoint"]: v for n, labels, v in after if n == "tokenrelay_inter_token_seconds_count"}
+    assert gaps["/v1/chat/completions"] == gaps["/v1/responses"] == gaps["/v1/messages"] >= 2
 
 
 def test_docs_and_redoc_render_without_the_network() -> None:

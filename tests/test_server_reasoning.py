@@ -100,6 +100,38 @@ async def test_tool_calls_are_read_from_the_answer_only() -> None:
     assert (call["function"]["name"], call["function"]["arguments"]) == ("f", '{"x": "é"}')
 
 
+async def test_stop_strings_end_the_answer_not_the_reasoning_on_every_dialect() -> None:
+    """``stop`` / ``stop_sequences``: the ``<tool_call>`` written while thinking is reasoning; the first one in
+    the answer ends it. Chat and Messages (the Responses API has no stop strings), streamed and whole."""
+    reply = f"<think>\n{THINKING}\n</think>\n\nParis 🇫🇷 it is. <tool_call> never shown"
+    app = replay_app(reply, rate=None, reasoning_parser="qwen3")[0]
+    stop = "<tool_call>"
+    async with asgi_client(app) as client:
+        streamed = await client.post("/v1/chat/completions", json=chat(True, stop=[stop]))
+        whole = (await client.post("/v1/chat/completions", json=chat(False, stop=[stop]))).json()
+        anthropic = {"model": "replay", "messages": MESSAGES, "max_tokens": 200, "stop_sequences": [stop]}
+        message = (await client.post("/v1/messages", json=anthropic)).json()
+        messages_stream = await client.post("/v1/messages", json={**anthropic, "stream": True})
+    deltas = [c["choices"][0] for c in frames(streamed.text) if c["choices"]]
+    reasoning = "".join(d["delta"].get("reasoning_content", "") for d in deltas)
+    content = "".join(d["delta"].get("content") or "" for d in deltas)
+    assert (reasoning, content) == (THINKING + "\n", "Paris 🇫🇷 it is. ")
+    assert deltas[-1]["finish_reason"] == "stop"
+    choice = whole["choices"][0]
+    assert (choice["message"]["reasoning_content"], choice["message"]["content"]) == (reasoning, content)
+    assert choice["finish_reason"] == "stop"
+    assert [b["type"] for b in message["content"]] == ["thinking", "text"]
+    assert message["content"][1]["text"] == content and message["content"][0]["thinking"] == reasoning
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", stop)
+    events = frames(messages_stream.text)
+    texts = [
+        e["delta"]["text"] for e in events if e["type"] == "content_block_delta" and "text" in e["delta"]
+    ]
+    assert "".join(texts) == content
+    [end] = [e for e in events if e["type"] == "message_delta"]
+    assert end["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": stop}
+
+
 @pytest.fixture(scope="module")
 def sdk() -> Iterator[openai.OpenAI]:
     with serve_relay(replay_app(REPLY, rate=None, reasoning_parser="qwen3")[0]) as url:

@@ -103,6 +103,38 @@ def test_streamed_text_and_usage_are_llama_servers_own_reply(llama: LlamaServer,
     assert "stop" in finishes and "length" in finishes
 
 
+def test_responses_and_messages_streams_are_llama_servers_own_reply(llama: LlamaServer, front: str) -> None:
+    """The front writes Responses and Messages from llama-server's chat stream: the joined deltas are
+    llama-server's own non-streamed reply, the finish maps to each dialect's, usage counts every token."""
+    model = model_of(front)
+    for content, max_tokens in CHATS[:3]:
+        own = whole_chat(llama.url, content, max_tokens)
+        assert own.usage is not None
+        text, cut = own.choices[0].message.content, own.choices[0].finish_reason == "length"
+        user = [{"role": "user", "content": content}]
+        with sdk(front).responses.stream(
+            model=model,
+            input=user,  # type: ignore[arg-type]
+            temperature=0,
+            max_output_tokens=max_tokens,
+        ) as stream:
+            deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+            response = stream.get_final_response()
+        assert "".join(deltas) == response.output_text == text, content
+        assert response.status == ("incomplete" if cut else "completed"), content
+        assert response.usage is not None
+        assert response.usage.output_tokens == own.usage.completion_tokens, content
+        body = {"model": model, "messages": user, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+        with httpx.stream("POST", front + "/v1/messages", json=body, timeout=120) as reply:
+            events = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: ")]
+        texts = [e["delta"]["text"] for e in events if e["type"] == "content_block_delta"]
+        [end] = [e for e in events if e["type"] == "message_delta"]
+        assert "".join(texts) == text, content
+        assert end["delta"]["stop_reason"] == ("max_tokens" if cut else "end_turn"), content
+        assert end["usage"]["output_tokens"] == own.usage.completion_tokens, content
+        assert events[-1]["type"] == "message_stop"
+
+
 def test_legacy_completions_relay_the_same_text(llama: LlamaServer, front: str) -> None:
     prompt, model = "The three primary colours are", model_of(front)
     own = sdk(llama.url).completions.create(model=model, prompt=prompt, temperature=0, max_tokens=24)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 from tokenrelay._errors import ToolCallError, UseAfterFinishError
 from tokenrelay._reasoning import ReasoningSplitter
+from tokenrelay._stops import StopMatcher
 from tokenrelay._stream import Finished, StepTime, TextDelta, Timings, Usage
 from tokenrelay._tool_call_events import (
     ContentDelta,
@@ -229,6 +230,11 @@ class ReplyPipeline:
     :attr:`done`, one the caller made: the engine must then be stopped). With neither hold-back a delta goes
     out as it came (the same object). Joined outputs over any split of the ids equal the one-shot result.
     ``ToolCallInvalid`` (a call whose markup broke) is raised as ``ToolCallError`` (``invalid_tool_call``).
+
+    ``stops``: stop strings that act on the answer alone, between the reasoning splitter and the tool-call
+    extractor (a stop string the model writes while it thinks does not end the reply). The server gives them
+    here instead of to ``TextStream`` when it splits reasoning off; the reply is then :attr:`done` at the
+    stop, which ``ReplyEnded.matched`` names.
     """
 
     __slots__ = (
@@ -241,6 +247,7 @@ class ReplyPipeline:
         "_reasoning_only",
         "_reasoning_tokens",
         "_steps",
+        "_stops",
         "_timed",
         "plain",
     )
@@ -252,8 +259,10 @@ class ReplyPipeline:
         parallel: bool = True,
         reasoning: ReasoningSplitter | None = None,
         new_call_id: Callable[[], str] | None = None,
+        stops: Sequence[str] = (),
     ) -> None:
         self._extractor = ToolCallExtractor(tools, parallel=parallel) if tools is not None else None
+        self._stops = StopMatcher(stops) if stops else None
         self._reasoning = reasoning
         if tools is not None and new_call_id is None:
             raise ValueError("a pipeline with tools needs new_call_id")
@@ -265,13 +274,16 @@ class ReplyPipeline:
         self._reasoning_tokens = 0
         self._ended = False
         #: No hold-back: every delta goes out unchanged (the server's plain prose path).
-        self.plain = self._extractor is None and reasoning is None
-        self._reasoning_only = reasoning is not None and self._extractor is None
+        self.plain = self._extractor is None and reasoning is None and self._stops is None
+        self._reasoning_only = reasoning is not None and self._extractor is None and self._stops is None
 
     @property
     def done(self) -> bool:
-        """The reply is complete before the engine ended it (``parallel_tool_calls: false``, one call out)."""
-        return self._extractor is not None and self._extractor.done
+        """The reply is complete before the engine ended it (``parallel_tool_calls: false``, one call out;
+        a stop string in the answer)."""
+        return (self._extractor is not None and self._extractor.done) or (
+            self._stops is not None and self._stops.stopped
+        )
 
     @property
     def calls(self) -> int:
@@ -332,11 +344,19 @@ class ReplyPipeline:
         if self._reasoning is not None:
             in_reasoning = self._reasoning.in_reasoning
             self._split(self._reasoning.finish(), out)
+        matched = finished.matched
+        reason: EndReason = finished.reason
+        if self._stops is not None:
+            if self._stops.stopped:
+                reason, matched = "stop", self._stops.matched
+            else:
+                held = self._stops.finish()
+                if held:
+                    self._past_stops(held, out)
         if self._extractor is not None:
-            self._tool_events(self._extractor.finish(truncated=finished.reason == "length"), out)
+            self._tool_events(self._extractor.finish(truncated=reason == "length"), out)
         ids, steps = self._take()
         steps = (*(steps or ()), *(finished.steps or ())) or None
-        reason: EndReason = finished.reason
         if self._calls and reason == "stop":
             reason = "tool_calls"
         out.append(
@@ -345,7 +365,7 @@ class ReplyPipeline:
                 finished.usage,
                 (*ids, *finished.token_ids),
                 steps,
-                finished.matched,
+                matched,
                 finished.timings,
                 self._reasoning_tokens,
                 in_reasoning,
@@ -373,6 +393,14 @@ class ReplyPipeline:
                 out.append(ReasoningDelta(text, ids, steps))
 
     def _answer(self, text: str, out: list[ReplyEvent]) -> None:
+        if self._stops is not None:
+            text = self._stops.feed(text)  # what can no longer become a stop; "" once stopped
+            if text:
+                self._past_stops(text, out)
+            return
+        self._past_stops(text, out)
+
+    def _past_stops(self, text: str, out: list[ReplyEvent]) -> None:
         if self._extractor is None:
             ids, steps = self._take()
             out.append(TextDelta(text, ids, steps))

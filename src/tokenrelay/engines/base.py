@@ -251,6 +251,7 @@ async def stream_events(
     prompt_ids: Sequence[int] | None = None,
     executor: Executor | None = None,
     step_times: bool = False,
+    skip_special_tokens: bool = True,
 ) -> AsyncGenerator[Event, None]:
     """Run ``engine`` through a ``TextStream``: ``TextDelta`` events, then exactly one ``Finished``.
 
@@ -264,6 +265,8 @@ async def stream_events(
 
     ``step_times``: every event carries ``steps``, when the step of each of its tokens ran (``TimedIds``
     times, or the step's arrival here on ``clock`` for engines that do not time their steps).
+    ``skip_special_tokens=False`` keeps special tokens in the text (markers that are special tokens, as
+    Mistral's ``[THINK]`` and ``[TOOL_CALLS]``, for the hold-back that reads them).
     """
     started = clock()
     if prompt_ids is None:
@@ -284,6 +287,7 @@ async def stream_events(
             stop_token_ids=engine.stop_token_ids,
             max_tokens=max_tokens,
             prompt_ids=prompt_ids,
+            skip_special_tokens=skip_special_tokens,
             started_at=started,
             stranded=getattr(engine, "stranded", "replace"),
         )

@@ -206,10 +206,12 @@ class Run:
         "first_at",
         "gen",
         "id",
+        "keeps_specials",
         "prompt_ids",
         "response",
         "server",
         "started",
+        "stops_in_pipeline",
         "writer",
     )
 
@@ -227,6 +229,9 @@ class Run:
         self.finished: Finished | None = None
         self.error: TokenRelayError | None = None
         self.asked_for_slot = False
+        # Set by _pipeline(): stop strings act on the answer, after reasoning; the text keeps special tokens
+        # (a reasoning or tool-call format whose markers are special tokens, as Mistral's).
+        self.stops_in_pipeline = self.keeps_specials = False
         self.response: EventStreamResponse | JSONGenerationResponse | None = None
         self.writer = WRITERS[gen.kind](self)
 
@@ -249,7 +254,8 @@ class Run:
             server.engine,
             gen.prompt,
             params,
-            stops=gen.stops,
+            stops=() if self.stops_in_pipeline else gen.stops,
+            skip_special_tokens=not self.keeps_specials,
             prompt_ids=self.prompt_ids,
             executor=server.intake.pool,
             step_times=step_times,
@@ -266,11 +272,18 @@ class Run:
         if tools is None and reasoning is None:
             return ReplyPipeline()
         calls = None if tools is None else server.tool_call_format or call_format(server.engine)
+        # With reasoning split off, stop strings act on the answer alone: the pipeline matches them after
+        # the splitter, and the engine's TextStream gets none (``_stream``).
+        self.stops_in_pipeline = reasoning is not None and bool(gen.stops)
+        self.keeps_specials = (reasoning is not None and fmt is not None and fmt.needs_specials) or (
+            calls is not None and calls.needs_specials
+        )
         return ReplyPipeline(
             tools=calls,
             parallel=True if tools is None else tools.parallel,
             reasoning=reasoning,
             new_call_id=_call_id(ENDPOINTS[self.endpoint].call_prefix),
+            stops=gen.stops if self.stops_in_pipeline else (),
         )
 
     def _reply_start(self, fmt: ReasoningFormat) -> ReplyStart:
@@ -372,11 +385,12 @@ class Run:
         end = time.perf_counter()
         ttft = None if self.first_at is None else self.first_at - self.started
         timings = finished.timings if finished is not None else None
+        latency = metrics.latency[self.endpoint]
         if ttft is not None:
-            metrics.ttft.observe(ttft)
+            latency.ttft.observe(ttft)
         if timings is not None:
-            metrics.inter_token.observe_many(timings.gaps)
-        metrics.e2e.observe(end - self.started)
+            latency.inter_token.observe_many(timings.gaps)
+        latency.e2e.observe(end - self.started)
         if cancelled:
             metrics.cancellations.inc()
         if self.error is not None:

@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 from tokenrelay import __version__
 from tokenrelay._errors import ConfigError
 
-__all__ = ["CONTENT_TYPE", "ERROR_TYPES", "ServerMetrics"]
+__all__ = ["CONTENT_TYPE", "ERROR_TYPES", "Latency", "ServerMetrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -70,7 +70,8 @@ class _ManyAtOnce:
 
     ``Histogram.observe`` takes a lock and searches the buckets per value (about 1.5 µs); a reply's hundreds
     of gaps, counted when it ends, cost a tenth of that here (one ``bisect`` each, on the event loop, so no
-    lock). Collected as the same ``_bucket``/``_count``/``_sum`` series, ``model`` label included.
+    lock). Collected as the same ``_bucket``/``_count``/``_sum`` series, labelled ``model`` and, where the
+    histogram has them, ``endpoint`` (``labels(endpoint)`` gives that series' cells, made once).
     """
 
     def __init__(
@@ -81,35 +82,76 @@ class _ManyAtOnce:
         buckets: Sequence[float],
         registry: CollectorRegistry,
         *,
+        endpoints: Iterable[str] = (),
         multiprocess: bool = False,
     ):
         self._name, self._doc, self._model = name, doc, model
         self._bounds = tuple(sorted(buckets))
-        self._counts = [0] * (len(self._bounds) + 1)  # the last: above every bound (+Inf)
-        self._sum = 0.0
-        self._shared: list[shared_values.ValueClass] | None = None
-        if multiprocess:
-            # The cells prometheus_client's own Histogram writes in multiprocess mode (one per bucket, not
-            # cumulative, and the sum), so MultiProcessCollector merges them as it merges a Histogram's.
-            bucket = [(model, repr(float(b))) for b in self._bounds] + [(model, "+Inf")]
-            self._shared = [
-                *(
-                    shared_values.ValueClass("histogram", name, name + "_bucket", ("model", "le"), v, doc)
-                    for v in bucket
-                ),
-                shared_values.ValueClass("histogram", name, name + "_sum", ("model",), (model,), doc),
-            ]
-        else:
+        self._multiprocess = multiprocess
+        self._label_names = ("model", "endpoint") if endpoints else ("model",)
+        self._series = {endpoint: self._cells((model, endpoint)) for endpoint in endpoints}
+        self._only = None if endpoints else self._cells((model,))
+        if not multiprocess:
             registry.register(self)
 
+    def _cells(self, labels: tuple[str, ...]) -> _Cells:
+        shared: list[shared_values.ValueClass] | None = None
+        if self._multiprocess:
+            # The cells prometheus_client's own Histogram writes in multiprocess mode (one per bucket, not
+            # cumulative, and the sum), so MultiProcessCollector merges them as it merges a Histogram's.
+            names, name, doc = self._label_names, self._name, self._doc
+            bucket = [(*labels, repr(float(b))) for b in self._bounds] + [(*labels, "+Inf")]
+            shared = [
+                *(
+                    shared_values.ValueClass("histogram", name, name + "_bucket", (*names, "le"), v, doc)
+                    for v in bucket
+                ),
+                shared_values.ValueClass("histogram", name, name + "_sum", names, labels, doc),
+            ]
+        return _Cells(labels, self._bounds, shared)
+
+    def labels(self, endpoint: str) -> _Cells:
+        return self._series[endpoint]
+
     def observe_many(self, values: Iterable[float]) -> None:
-        counts, bounds = self._counts, self._bounds
+        """Observations into the one series of a histogram made without endpoints."""
+        assert self._only is not None, "this histogram is labelled by endpoint: use labels(endpoint)"
+        self._only.observe_many(values)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._doc, labels=list(self._label_names))
+        for cells in self._series.values() if self._only is None else (self._only,):
+            cumulative, seen = [], 0
+            for bound, count in zip((*self._bounds, math.inf), cells.counts, strict=True):
+                seen += count
+                cumulative.append(("+Inf" if bound == math.inf else repr(float(bound)), float(seen)))
+            family.add_metric(list(cells.labels), cumulative, cells.sum)
+        yield family
+
+
+class _Cells:
+    """One series of a ``_ManyAtOnce``: its bucket counts and sum, here or in the shared multiprocess cells."""
+
+    __slots__ = ("_bounds", "_shared", "counts", "labels", "sum")
+
+    def __init__(
+        self,
+        labels: tuple[str, ...],
+        bounds: tuple[float, ...],
+        shared: list[shared_values.ValueClass] | None,
+    ) -> None:
+        self.labels, self._bounds, self._shared = labels, bounds, shared
+        self.counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        counts, bounds = self.counts, self._bounds
         if self._shared is None:
-            total = self._sum
+            total = self.sum
             for value in values:
                 counts[bisect_left(bounds, value)] += 1  # the first bound ≥ value: buckets are "≤ le"
                 total += value  # value by value, as Histogram.observe adds them
-            self._sum = total
+            self.sum = total
             return
         mine, total = [0] * len(counts), 0.0  # this reply's, then added to the shared cells
         for value in values:
@@ -120,14 +162,14 @@ class _ManyAtOnce:
                 cell.inc(count)
         self._shared[-1].inc(total)
 
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(self._name, self._doc, labels=["model"])
-        cumulative, seen = [], 0
-        for bound, count in zip((*self._bounds, math.inf), self._counts, strict=True):
-            seen += count
-            cumulative.append(("+Inf" if bound == math.inf else repr(float(bound)), float(seen)))
-        family.add_metric([self._model], cumulative, self._sum)
-        yield family
+
+class Latency:
+    """One endpoint's latency histograms: time to first token, the gaps between deltas, request start to end."""
+
+    __slots__ = ("e2e", "inter_token", "ttft")
+
+    def __init__(self, ttft: Histogram, inter_token: _Cells, e2e: Histogram) -> None:
+        self.ttft, self.inter_token, self.e2e = ttft, inter_token, e2e
 
 
 class _WithoutCreated:
@@ -176,23 +218,32 @@ class ServerMetrics:
         m = ["model"]
 
         def histogram(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
-            child: Histogram = Histogram(name, doc, m, buckets=tuple(buckets), registry=r).labels(model)
-            return child
+            return Histogram(name, doc, [*m, "endpoint"], buckets=tuple(buckets), registry=r)
 
         def counter(name: str, doc: str) -> Counter:
             child: Counter = Counter(name, doc, m, registry=r).labels(model)
             return child
 
-        self.ttft = histogram("tokenrelay_ttft_seconds", "Time to first token", _LATENCY)
-        self.inter_token = _ManyAtOnce(
+        endpoints = tuple(endpoints)
+        # TTFT, gaps and end-to-end time per endpoint (a Messages client's stutter is not a chat client's).
+        ttft = histogram("tokenrelay_ttft_seconds", "Time to first token", _LATENCY)
+        inter_token = _ManyAtOnce(
             "tokenrelay_inter_token_seconds",
             "Gap between visible deltas",
             model,
             _GAPS,
             r,
+            endpoints=endpoints,
             multiprocess=multiprocess,
         )
-        self.e2e = histogram("tokenrelay_e2e_seconds", "Request start to end", _LATENCY)
+        e2e = histogram("tokenrelay_e2e_seconds", "Request start to end", _LATENCY)
+        #: Each endpoint's histograms, looked up once (and so present at zero).
+        self.latency = {
+            endpoint: Latency(
+                ttft.labels(model, endpoint), inter_token.labels(endpoint), e2e.labels(model, endpoint)
+            )
+            for endpoint in endpoints
+        }
         self.live = _Live(model)
         self.cancellations = counter(
             "tokenrelay_cancellations", "Generations stopped because the client went away"
