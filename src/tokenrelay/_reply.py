@@ -239,10 +239,13 @@ class ReplyPipeline:
 
     __slots__ = (
         "_calls",
+        "_closing",
         "_ended",
         "_extractor",
         "_ids",
+        "_mid_reasoning",
         "_new_call_id",
+        "_passing",
         "_reasoning",
         "_reasoning_only",
         "_reasoning_tokens",
@@ -275,7 +278,10 @@ class ReplyPipeline:
         self._ended = False
         #: No hold-back: every delta goes out unchanged (the server's plain prose path).
         self.plain = self._extractor is None and reasoning is None and self._stops is None
+        self._passing = self.plain
         self._reasoning_only = reasoning is not None and self._extractor is None and self._stops is None
+        self._mid_reasoning = reasoning is not None and reasoning.mid_reasoning  # kept after each feed
+        self._closing = reasoning.format.closing if reasoning is not None else ""
 
     @property
     def done(self) -> bool:
@@ -292,20 +298,30 @@ class ReplyPipeline:
 
     def feed(self, delta: TextDelta) -> Sequence[ReplyEvent]:
         """The reply events of one ``TextDelta``."""
+        if self._passing:
+            # No hold-back, or reasoning alone and its answer begun with nothing held: the delta goes out as it
+            # came, for every later delta too (the splitter would pass it on whole).
+            return (delta,)
         if self._ended:
             raise UseAfterFinishError("ReplyPipeline.feed() after finish()")
-        if self.plain:
-            return (delta,)
-        reasoning = self._reasoning
         if self._reasoning_only and not self._ids:
-            assert reasoning is not None
             # Reasoning alone, nothing held: the common deltas leave as one event with the delta's own ids.
+            # Mid-reasoning, a delta with no closing tag in it is all reasoning and changes nothing in the
+            # splitter: checked here (ReasoningSplitter.plain_reasoning's test, inlined: once per token).
+            text = delta.text
+            if self._mid_reasoning and text:
+                closing = self._closing
+                if text.find(closing[0], -len(closing)) < 0 and closing not in text:
+                    ids = delta.token_ids
+                    self._reasoning_tokens += len(ids)
+                    return (ReasoningDelta(text, ids, delta.steps),)
+            reasoning = self._reasoning
+            assert reasoning is not None
             if reasoning.answering:
+                self._passing = True
                 return (delta,)
-            if reasoning.plain_reasoning(delta.text):
-                self._reasoning_tokens += len(delta.token_ids)
-                return (ReasoningDelta(delta.text, delta.token_ids, delta.steps),)
-            pieces = reasoning.feed(delta.text)
+            pieces = reasoning.feed(text)
+            self._mid_reasoning = reasoning.mid_reasoning
             if len(pieces) == 1:
                 piece = pieces[0]
                 if type(piece) is ContentDelta:
@@ -328,10 +344,12 @@ class ReplyPipeline:
             self._timed = True
             self._steps.extend(delta.steps)
         out = []
+        reasoning = self._reasoning
         if reasoning is None:
             self._answer(delta.text, out)
         else:
             self._split(reasoning.feed(delta.text), out)
+            self._mid_reasoning = reasoning.mid_reasoning
         return out
 
     def finish(self, finished: Finished) -> list[ReplyEvent]:
@@ -339,6 +357,7 @@ class ReplyPipeline:
         if self._ended:
             return []
         self._ended = True
+        self._passing = False  # a feed after this raises
         out: list[ReplyEvent] = []
         in_reasoning = False
         if self._reasoning is not None:

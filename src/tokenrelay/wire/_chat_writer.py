@@ -147,9 +147,10 @@ class ChatReplyWriter(_OpenAIReplyWriter):
         assert isinstance(chunks, ChatChunkWriter)
         if t is TextDelta:
             return self._text(event, sent)  # type: ignore[arg-type]
-        if t is ReasoningDelta:
-            assert isinstance(event, ReasoningDelta)
-            frame = chunks.reasoning(event.text, event.token_ids if self._ids else None)
+        if (
+            t is ReasoningDelta
+        ):  # (no isinstance assert: once per reasoning token, and the type was just read)
+            frame = chunks.reasoning(event.text, event.token_ids if self._ids else None)  # type: ignore[union-attr]
         elif t is CallStarted:
             assert isinstance(event, CallStarted)
             frame = chunks.tool_call(
@@ -162,7 +163,7 @@ class ChatReplyWriter(_OpenAIReplyWriter):
             return ()
         else:
             return self._end(event, sent)
-        return (self._stamp(frame, sent, event.steps),)
+        return (self._stamp(frame, sent, event.steps),)  # type: ignore[union-attr]  # (a delta or a call)
 
     def body(self, reply: Reply) -> bytes:
         end = reply.end
