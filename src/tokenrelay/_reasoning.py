@@ -224,11 +224,7 @@ class ReasoningSplitter:
             if self._state == _ANSWER:
                 return [ContentDelta(text)]
             closing = self._fmt.closing
-            if (
-                self._state == _REASONING
-                and text.find(closing[0], -len(closing)) < 0
-                and closing not in text
-            ):
+            if self._state == _REASONING and text.find(closing[0], -len(closing)) < 0 and closing not in text:
                 return [ReasoningDelta(text)]
         out: list[ReasoningEvent] = []
         i, n = 0, len(text)
