@@ -19,8 +19,10 @@ LiteLLM and vllm-router are not tokenrelay's dependencies: they are installed in
 own (``.venv-bench-front``, made on first use), and so is py-spy, for ``--profile``.
 
 For each concurrency in ``--streams`` (32 and 256 by default), each front gets two batches: concurrent streamed
-chats of ``--tokens`` tokens (256), then of ``--short-tokens`` (8), each client sending its requests one
-after another on one kept-alive connection. Reported per front (medians over ``--rounds``, the fronts
+replies of ``--tokens`` tokens (256), then of ``--short-tokens`` (8), each client sending its requests one
+after another on one kept-alive connection. ``--api`` picks the dialect the load speaks to every front (Chat
+Completions by default; ``responses`` or ``messages``: tokenrelay's front and LiteLLM translate, the upstream
+is the same). Reported per front (medians over ``--rounds``, the fronts
 interleaved, each round starting with a different one):
 
 - CPU µs per token: the CPU of the front's process tree (from /proc) over the long batch ÷ the tokens it
@@ -37,6 +39,7 @@ shared: compare the fronts within one run, and read the ratios.
 
     python benchmarks/front.py [--streams 32,256] [--fronts none,tokenrelay,litellm,vllm-router] [--rounds 3]
     python benchmarks/front.py --upstream http://gpu:8000 --tokenizer /models/M
+    python benchmarks/front.py --api messages --fronts none,tokenrelay,litellm --streams 32
     python benchmarks/front.py --profile tokenrelay --streams 32   # py-spy over the front's long batches
 
 Not a test: numbers vary with the machine; compare within one run.
@@ -474,7 +477,7 @@ def parse(reply: Reply, api: str = "chat") -> Parsed:
     for arrival, data in reply.reads:
         for event in parser.feed(data):
             if event.data == "[DONE]":
-                done = api == "chat"  # the end of a chat stream; tolerated, and not the end, on the others
+                done = done or api == "chat"  # a chat stream's end; tolerated after the others' own end
                 continue
             piece, count, last = read(json.loads(event.data))
             tokens = count if count is not None else tokens
