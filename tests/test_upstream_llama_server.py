@@ -112,16 +112,20 @@ def test_responses_and_messages_streams_are_llama_servers_own_reply(llama: Llama
         assert own.usage is not None
         text, cut = own.choices[0].message.content, own.choices[0].finish_reason == "length"
         user = [{"role": "user", "content": content}]
-        with sdk(front).responses.stream(
-            model=model,
-            input=user,  # type: ignore[arg-type]
-            temperature=0,
-            max_output_tokens=max_tokens,
-        ) as stream:
-            deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
-            response = stream.get_final_response()
+        events = list(
+            sdk(front).responses.create(
+                model=model,
+                input=user,  # type: ignore[arg-type]
+                temperature=0,
+                max_output_tokens=max_tokens,
+                stream=True,
+            )
+        )
+        deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+        last = events[-1]
+        assert last.type == ("response.incomplete" if cut else "response.completed"), content
+        response = last.response  # type: ignore[union-attr]
         assert "".join(deltas) == response.output_text == text, content
-        assert response.status == ("incomplete" if cut else "completed"), content
         assert response.usage is not None
         assert response.usage.output_tokens == own.usage.completion_tokens, content
         body = {"model": model, "messages": user, "max_tokens": max_tokens, "temperature": 0, "stream": True}
