@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -111,20 +112,15 @@ def test_responses_and_messages_streams_are_llama_servers_own_reply(llama: Llama
         own = whole_chat(llama.url, content, max_tokens)
         assert own.usage is not None
         text, cut = own.choices[0].message.content, own.choices[0].finish_reason == "length"
-        user = [{"role": "user", "content": content}]
-        events = list(
-            sdk(front).responses.create(
-                model=model,
-                input=user,  # type: ignore[arg-type]
-                temperature=0,
-                max_output_tokens=max_tokens,
-                stream=True,
-            )
+        user: Any = [{"role": "user", "content": content}]
+        stream: Any = sdk(front).responses.create(
+            model=model, input=user, temperature=0, max_output_tokens=max_tokens, stream=True
         )
+        events = list(stream)
         deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
         last = events[-1]
         assert last.type == ("response.incomplete" if cut else "response.completed"), content
-        response = last.response  # type: ignore[union-attr]
+        response = last.response
         assert "".join(deltas) == response.output_text == text, content
         assert response.usage is not None
         assert response.usage.output_tokens == own.usage.completion_tokens, content
