@@ -221,7 +221,15 @@ def _build_engine(args: argparse.Namespace) -> Engine:
         from tokenrelay.engines.vllm import VLLMEngine
 
         options = {k: getattr(args, k) for k in VLLM_OPTIONS if getattr(args, k) not in (None, False)}
-        return VLLMEngine.load(args.model or "smollm2", seed=args.seed, on_progress=_stderr, **options)
+        return VLLMEngine.load(
+            args.model or "smollm2",
+            seed=args.seed,
+            on_progress=_stderr,
+            reasoning_parser=getattr(
+                args, "reasoning_parser", None
+            ),  # serve's: vLLM enforces budgets in its tags
+            **options,
+        )
     if args.engine == "replay":
         text = _read_text_file(args.text_file) if args.text_file else None
         return ReplayEngine(

@@ -111,7 +111,14 @@ def in_process(model_dir: Path) -> Iterator[tuple[str, VLLMEngine]]:
     # No VLLM_CPU_KVCACHE_SPACE: the engine starts with tokenrelay's own default on vLLM's CPU build.
     saved = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
     try:
-        engine = VLLMEngine.load("smollm2", on_progress=PROGRESS.append, **OPTIONS)  # type: ignore[arg-type]
+        # A reasoning config (deepseek_r1's tags) changes nothing for requests without a thinking budget: the
+        # app below splits no reasoning; test_in_process_vllm_enforces_a_thinking_budget makes one that does.
+        engine = VLLMEngine.load(
+            "smollm2",
+            on_progress=PROGRESS.append,
+            reasoning_parser="deepseek_r1",
+            **OPTIONS,  # type: ignore[arg-type]
+        )
     finally:
         if saved is not None:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
@@ -346,3 +353,30 @@ def test_in_process_vllm_serves_the_messages_api(
         url + "/v1/messages/count_tokens", json={"model": engine.model, "messages": messages}
     )
     assert counted.json()["input_tokens"] == whole["usage"]["input_tokens"] == result.usage.prompt_tokens  # type: ignore[union-attr]
+
+
+def test_in_process_vllm_enforces_a_thinking_budget(in_process: tuple[str, VLLMEngine]) -> None:
+    """Issue 31: with a reasoning format and a budget, vLLM writes the closing tag itself once the budget is
+    spent and the model answers. SmolLM2's template opens no ``<think>``, so the user turn ends with one on a
+    line of its own (so it is the tag's own ids, which vLLM looks for), as DeepSeek-R1's template ends the
+    prompt: vLLM counts from the last opening tag in the prompt (its ``thinking_token_budget``), and
+    tokenrelay's splitter starts inside reasoning (``deepseek_r1``)."""
+    _, engine = in_process
+    assert engine.thinking_budgets
+    app = create_app(engine, ServerConfig(reasoning_parser="deepseek_r1", reasoning_budget=12))
+    body = {
+        "model": engine.model,
+        "messages": [{"role": "user", "content": "Tell me about the Moon in three sentences.\n<think>"}],
+        "max_tokens": 60,
+        "temperature": 0,
+    }
+    with serve(app) as url:
+        capped = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
+        off = httpx.post(url + "/v1/chat/completions", json={**body, "reasoning_effort": "none"}, timeout=120)
+    message = capped["choices"][0]["message"]
+    reasoning_tokens = capped["usage"]["completion_tokens_details"]["reasoning_tokens"]
+    # vLLM counts the prompt's tokens after its tag into the budget; the forced tag's tokens count as reasoning.
+    assert 0 < reasoning_tokens <= 12 + len(engine.tokenizer.encode("</think>"))
+    assert message["reasoning_content"] and message["content"]  # the model went on as the answer
+    assert "</think>" not in message["content"] + message["reasoning_content"]
+    assert off.json()["choices"][0]["message"].get("reasoning_content", "") in ("", "\n")

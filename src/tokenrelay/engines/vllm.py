@@ -50,6 +50,7 @@ from typing import Any
 
 from tokenrelay._errors import ConfigError, EngineError, InvalidRequestError, TokenizerError
 from tokenrelay._json_grammar import bound_numbers, layout_options
+from tokenrelay._parsers import resolve_reasoning_parser
 from tokenrelay._protocols import Tokenizer
 from tokenrelay.engines.base import EngineFinished, JSONConstraint, Prompt, SamplingParams, Step
 from tokenrelay.engines.vllm_memory import settle_memory
@@ -109,6 +110,16 @@ def smollm2_hf_dir(on_progress: Progress | None = None, *, cache: Path | None = 
     return target
 
 
+def _chat_template(path: str) -> str | None:
+    """The chat template in a model folder's ``tokenizer_config.json`` (``None`` when there is none to read)."""
+    config = Path(path) / "tokenizer_config.json"
+    try:
+        template = json.loads(config.read_text("utf-8")).get("chat_template")
+    except (OSError, ValueError):
+        return None
+    return template if isinstance(template, str) else None
+
+
 class VLLMEngine:
     """A running vLLM ``AsyncLLM``. Build it with :meth:`load`; ``generate`` yields vLLM's delta ids."""
 
@@ -129,6 +140,9 @@ class VLLMEngine:
         """Requests aborted because their consumer left (tests read it)."""
         self.guidance_layout = False
         """Whether schemas carry the layout as llguidance options (``load`` picked the guidance backend)."""
+        self.thinking_budgets = False
+        """Whether vLLM enforces a thinking budget (``load`` gave it a reasoning config); without one a budget
+        is left to the model."""
 
     @classmethod
     def load(
@@ -137,9 +151,15 @@ class VLLMEngine:
         *,
         seed: int | None = None,
         on_progress: Progress | None = None,
+        reasoning_parser: str | None = None,
         **options: Any,
     ) -> VLLMEngine:
-        """Start vLLM on ``model`` ('smollm2', an HF folder, or a model id in the local HF cache); blocking."""
+        """Start vLLM on ``model`` ('smollm2', an HF folder, or a model id in the local HF cache); blocking.
+
+        ``reasoning_parser``: the server's ``--reasoning-parser`` (not given: the format the model's chat template
+        writes, as the server reads it). With a format, vLLM gets a reasoning config of its tags, so a request's
+        thinking budget (``SamplingParams.thinking``) is enforced where vLLM samples: past the budget vLLM
+        writes the closing tag itself (its ``thinking_token_budget``), as the embedded engine does."""
         report = on_progress or (lambda _line: None)
         try:
             from vllm import AsyncEngineArgs
@@ -153,6 +173,13 @@ class VLLMEngine:
         try:
             if seed is not None:
                 options["seed"] = seed
+            fmt = resolve_reasoning_parser(reasoning_parser, _chat_template(path))
+            if fmt is not None and "reasoning_config" not in options:
+                from vllm.config import ReasoningConfig
+
+                options["reasoning_config"] = ReasoningConfig(
+                    reasoning_start_str=fmt.opening, reasoning_end_str=fmt.closing
+                )
             guidance = "structured_outputs_config" not in options
             if guidance:
                 from vllm.config import StructuredOutputsConfig
@@ -174,6 +201,7 @@ class VLLMEngine:
         report(f"vLLM ready in {time.perf_counter() - started:.0f}s")
         engine = cls(llm, hf, load_tokenizer(hf), model=name)
         engine.guidance_layout = guidance
+        engine.thinking_budgets = "reasoning_config" in options
         return engine
 
     # -- the Engine protocol ----------------------------------------------------------------------------
@@ -215,6 +243,11 @@ class VLLMEngine:
             params.grammar is not None
         ):  # tool calls (issue 21): llguidance's Lark, for vLLM's guidance backend
             structured = self._structured(grammar=params.grammar)
+        extra: dict[str, Any] = {}
+        if params.thinking is not None and self.thinking_budgets:
+            # vLLM counts from the last opening tag in the prompt or the reply and forces its config's closing
+            # tag once the budget is spent (vllm/v1/sample/thinking_budget_state.py).
+            extra["thinking_token_budget"] = params.thinking.budget
         return self._sampling_params(
             max_tokens=params.max_tokens,
             temperature=params.temperature,
@@ -223,6 +256,7 @@ class VLLMEngine:
             detokenize=False,  # tokenrelay makes the text
             output_kind=self._delta,  # each output holds only the new ids
             structured_outputs=structured,
+            **extra,
         )
 
     def _with_layout(self, schema: str) -> str:
