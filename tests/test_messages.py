@@ -31,7 +31,8 @@ from tokenrelay._errors import (
     UnavailableError,
 )
 from tokenrelay._reasoning import REASONING_FORMATS, ReasoningSplitter
-from tokenrelay._reply import ReplyCollector, ReplyEvent, ReplyFailed, ReplyPipeline
+from tokenrelay._reply import ReplyCollector, ReplyEvent, ReplyFailed
+from tokenrelay._reply_pipeline import ReplyPipeline
 from tokenrelay._stream import Finished, TextDelta, TextStream
 from tokenrelay._tool_call_events import HERMES
 from tokenrelay.wire._messages import PING, MessagesReplyWriter, anthropic_error_body

@@ -26,8 +26,8 @@ from tokenrelay._reply import (
     ReplyEnded,
     ReplyEvent,
     ReplyFailed,
-    ReplyPipeline,
 )
+from tokenrelay._reply_pipeline import ReplyPipeline
 from tokenrelay._stream import Finished, TextDelta, TextStream, Usage
 from tokenrelay._tool_call_events import HERMES
 

@@ -23,7 +23,8 @@ from _cuts import random_steps
 from tokenrelay import load_tokenizer
 from tokenrelay._errors import EngineError
 from tokenrelay._reasoning import REASONING_FORMATS, ReasoningSplitter
-from tokenrelay._reply import ReplyCollector, ReplyEvent, ReplyFailed, ReplyPipeline
+from tokenrelay._reply import ReplyCollector, ReplyEvent, ReplyFailed
+from tokenrelay._reply_pipeline import ReplyPipeline
 from tokenrelay._stream import Finished, TextDelta, TextStream
 from tokenrelay._tool_call_events import HERMES
 from tokenrelay.wire._responses import ResponsesReplyWriter

@@ -239,7 +239,7 @@ def test_cli_passes_vllms_parallel_options_through(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(vllm.VLLMEngine, "load", load)
     argv = ["serve", "--engine", "vllm", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
     argv += ["--data-parallel-size", "2", "--distributed-executor-backend", "ray", "--max-model-len", "4096"]
-    argv += ["--dtype", "bfloat16", "--enforce-eager"]
+    argv += ["--dtype", "bfloat16", "--enforce-eager", "--reasoning-parser", "qwen3"]
     assert _build_engine(build_parser().parse_args(argv)) == "engine"  # type: ignore[comparison-overlap]
     assert seen == {
         "model": "smollm2",
@@ -252,6 +252,7 @@ def test_cli_passes_vllms_parallel_options_through(monkeypatch: pytest.MonkeyPat
         "enforce_eager": True,
         "seed": None,
         "on_progress": seen["on_progress"],
+        "reasoning_parser": "qwen3",  # vLLM enforces thinking budgets in the format's tags
     }
 
 

@@ -238,6 +238,11 @@ class TextStream:
     def completion_tokens(self) -> int:
         return self._count
 
+    @property
+    def usage(self) -> Usage:
+        """The prompt and the ids consumed so far (what a reply ended here by its caller counts)."""
+        return Usage(self._prompt_tokens, self._count)
+
     def set_prompt_tokens(self, count: int) -> None:
         """Count the prompt as ``count`` tokens in ``usage`` (an upstream server said how long it really was)."""
         self._prompt_tokens = count

@@ -21,7 +21,8 @@ from typing import Any
 from tokenrelay import load_tokenizer
 from tokenrelay._errors import EngineError, TokenRelayError
 from tokenrelay._reasoning import REASONING_FORMATS, ReasoningSplitter
-from tokenrelay._reply import ReplyEvent, ReplyFailed, ReplyPipeline
+from tokenrelay._reply import ReplyEvent, ReplyFailed
+from tokenrelay._reply_pipeline import ReplyPipeline
 from tokenrelay._stream import Finished, TextDelta, TextStream
 from tokenrelay._tool_call_events import HERMES
 from tokenrelay.wire._messages import MessagesReplyWriter

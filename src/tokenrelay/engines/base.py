@@ -252,6 +252,7 @@ async def stream_events(
     executor: Executor | None = None,
     step_times: bool = False,
     skip_special_tokens: bool = True,
+    on_stream: Callable[[TextStream], None] | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Run ``engine`` through a ``TextStream``: ``TextDelta`` events, then exactly one ``Finished``.
 
@@ -266,7 +267,8 @@ async def stream_events(
     ``step_times``: every event carries ``steps``, when the step of each of its tokens ran (``TimedIds``
     times, or the step's arrival here on ``clock`` for engines that do not time their steps).
     ``skip_special_tokens=False`` keeps special tokens in the text (markers that are special tokens, as
-    Mistral's ``[THINK]`` and ``[TOOL_CALLS]``, for the hold-back that reads them).
+    Mistral's ``[THINK]`` and ``[TOOL_CALLS]``, for the hold-back that reads them). ``on_stream`` is given the
+    ``TextStream`` once it is made (a caller that may end the reply itself reads its usage there).
     """
     started = clock()
     if prompt_ids is None:
@@ -298,6 +300,8 @@ async def stream_events(
         stream = text_stream()
     else:
         stream = await asyncio.get_running_loop().run_in_executor(executor, text_stream)
+    if on_stream is not None:
+        on_stream(stream)
     timeline = StepTimeline() if step_times else None
     end_reason: FinishReason = "stop"
     steps = engine.generate(prompt, params, prompt_ids=prompt_ids)

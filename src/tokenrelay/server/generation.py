@@ -9,6 +9,10 @@ token); ``body()`` collects a whole reply. ``done()`` runs when the response has
 TTFT is measured here from the request's arrival (queue wait included), the gaps between deltas and their
 percentiles come from ``Finished.timings`` (``TextStream`` computed them; a reply cut short before its end
 has none to give, and only its TTFT, duration and tokens are counted).
+
+It is over 400 lines because a run's stream loop, its whole-body twin, the pipeline and engine stream they
+share (which hold-backs, where stop strings act, which tokens the text keeps) and the end they both reach
+(``done()``) read each other's state on every token: apart, each would pass that state across a module line.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from tokenrelay._errors import EngineError, TokenRelayError, UnavailableError
 from tokenrelay._reasoning import ReasoningFormat, ReasoningSplitter, ReplyStart, reply_start
-from tokenrelay._reply import ReplyCollector, ReplyFailed, ReplyPipeline, ReplyWriter
-from tokenrelay._stream import Finished, TextDelta, Usage
+from tokenrelay._reply import ReplyCollector, ReplyFailed, ReplyWriter
+from tokenrelay._reply_pipeline import ReplyPipeline
+from tokenrelay._stream import Finished, TextDelta, TextStream, Usage
 from tokenrelay._tool_call_events import FORMATS, ToolCallFormat, format_for_template
 from tokenrelay.engines.base import ThinkingBudget, stream_events
 from tokenrelay.wire._chat_writer import ChatReplyWriter, CompletionReplyWriter, openai_error_body
@@ -212,6 +217,7 @@ class Run:
         "server",
         "started",
         "stops_in_pipeline",
+        "text_stream",
         "writer",
     )
 
@@ -232,6 +238,7 @@ class Run:
         # Set by _pipeline(): stop strings act on the answer, after reasoning; the text keeps special tokens
         # (a reasoning or tool-call format whose markers are special tokens, as Mistral's).
         self.stops_in_pipeline = self.keeps_specials = False
+        self.text_stream: TextStream | None = None  # the engine's, once made (_stopped_here counts with it)
         self.response: EventStreamResponse | JSONGenerationResponse | None = None
         self.writer = WRITERS[gen.kind](self)
 
@@ -256,6 +263,7 @@ class Run:
             params,
             stops=() if self.stops_in_pipeline else gen.stops,
             skip_special_tokens=not self.keeps_specials,
+            on_stream=self._keep_stream,
             prompt_ids=self.prompt_ids,
             executor=server.intake.pool,
             step_times=step_times,
@@ -301,9 +309,15 @@ class Run:
             self.error = EngineError(f"generation failed: {type(exc).__name__}: {exc}")
         return self.error
 
+    def _keep_stream(self, stream: TextStream) -> None:
+        self.text_stream = stream
+
     def _stopped_here(self) -> Finished:
-        """The reply is complete before the engine ended it (``ReplyPipeline.done``): its end as it stands."""
-        return Finished("stop", Usage(len(self.prompt_ids), self.completion_ids))
+        """The reply is complete before the engine ended it (``ReplyPipeline.done``): its end as it stands,
+        counted by the engine's ``TextStream`` (every id it consumed, text relayed without ids included)."""
+        stream = self.text_stream
+        usage = stream.usage if stream is not None else Usage(len(self.prompt_ids), self.completion_ids)
+        return Finished("stop", usage)
 
     async def frames(self) -> AsyncIterator[bytes]:
         """The stream: the engine's events through the reply pipeline and the endpoint's writer, frame by frame.
