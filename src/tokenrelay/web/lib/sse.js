@@ -55,6 +55,7 @@ export class SSEError extends Error {
  */
 
 const encoder = new TextEncoder();
+const STREAM = { stream: true }; // TextDecoder.decode's options, made once (decode runs per chunk)
 
 /**
  * Incremental parser: `feed(chunk) -> ServerSentEvent[]`, then `close()`. See the contract above. A chunk is
@@ -119,7 +120,7 @@ export class SSEParser {
       throw new TypeError('SSEParser.feed() takes a Uint8Array or a string');
     const events = [];
     this._measure(chunk);
-    this._text(this._decoder.decode(chunk, { stream: true }), events);
+    this._text(this._decoder.decode(chunk, STREAM), events);
     if (this._error && events.length === 0) throw this._error;
     return events;
   }
@@ -294,7 +295,8 @@ export class SSEParserStream extends TransformStream {
     const parser = new SSEParser(options);
     super({
       transform(chunk, controller) {
-        for (const event of parser.feed(chunk)) controller.enqueue(event);
+        const events = parser.feed(chunk);
+        for (let i = 0; i < events.length; i++) controller.enqueue(events[i]);
       },
       flush() {
         parser.close();
