@@ -3,7 +3,8 @@
 The same 42 requests (7 kinds × 6 prompts) go to each server, at temperature 0 and 0.7 (a seed per prompt),
 on the same SmolLM2-135M-Instruct GGUF. The servers run at once (what is counted does not depend on speed):
 
-- ``tokenrelay-<layout>``: ``tokenrelay serve`` with ``_json_grammar.LAYOUT`` set to each layout
+- ``tokenrelay-<layout>``: ``tokenrelay serve`` with ``_json_grammar.LAYOUT`` (``response_format``; tool calls keep
+  ``TOOL_LAYOUT``) set to each layout
   (``compact``: no whitespace; ``pretty``: llama.cpp's ``space`` rule), numbers bounded in both;
 - ``llama-server``: ``--jinja`` with the GGUF's own template, for the JSON requests (``response_format``,
   which it turns into its GBNF grammar);

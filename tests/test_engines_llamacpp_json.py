@@ -151,7 +151,9 @@ async def test_a_recursive_schema_is_valid_or_cut_never_invalid(engine: LlamaCpp
         if final.reason == "stop":
             jsonschema.validate(json.loads(text), TREE)
         else:
-            assert final.reason == "length" and text.startswith('{"v":')
+            assert final.reason == "length" and "".join(text.split()).startswith(
+                '{"v":'
+            )  # whatever the layout
 
 
 async def test_json_object_gives_an_object(engine: LlamaCppEngine) -> None:

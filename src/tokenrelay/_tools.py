@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from tokenrelay._json_grammar import bounded, layout_options
+from tokenrelay._json_grammar import TOOL_LAYOUT, bounded, layout_options
 
 __all__ = [
     "MAX_CALLS",
@@ -265,14 +265,14 @@ def _call_schema(tool: Tool) -> dict[str, object]:
 def tool_grammar(tools: ToolRequest) -> str | None:
     """The generic format's calls as a grammar (the module docstring); ``None`` when no call may be made.
 
-    Each call's JSON has the layout ``response_format``'s has (``_json_grammar.LAYOUT``) and its numbers
+    Each call's JSON has the tool-call layout (``_json_grammar.TOOL_LAYOUT``) and its numbers
     llama.cpp's bounds (``_json_grammar.bounded``). A tool's schema
     keywords the engine cannot enforce are ignored unless the tool is ``strict`` (``lenient``): the request
     then fails to compile, a 400, as a ``response_format`` schema does."""
     offered = tools.callable
     if not offered:
         return None
-    options = {**layout_options(), "lenient": not any(t.strict for t in offered)}
+    options = {**layout_options(TOOL_LAYOUT), "lenient": not any(t.strict for t in offered)}
     schema = {"anyOf": [_call_schema(t) for t in offered], "x-guidance": options}
     body = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     # After every </tool_call> the reply may end, or another call follows at once; nothing else. SmolLM2-135M

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from tokenrelay._errors import EngineError, InvalidRequestError, TokenRelayError
+from tokenrelay._json_fence import UnfencedEvents
 from tokenrelay._protocols import Tokenizer
 from tokenrelay._reasoning import ReasoningFormat, ReplyStart
 from tokenrelay._stream import Event, Finished, FinishReason, StepTimeline, TextDelta, TextStream
@@ -302,6 +303,9 @@ async def stream_events(
         stream = await asyncio.get_running_loop().run_in_executor(executor, text_stream)
     if on_stream is not None:
         on_stream(stream)
+    # A constrained reply's grammar lets the model write a Markdown fence around its JSON (_json_fence): it is
+    # taken out here, so every front end gets the JSON alone.
+    unfenced = UnfencedEvents() if params.constraint is not None else None
     timeline = StepTimeline() if step_times else None
     end_reason: FinishReason = "stop"
     steps = engine.generate(prompt, params, prompt_ids=prompt_ids)
@@ -328,6 +332,8 @@ async def stream_events(
                     else:
                         timeline.add(len(step), now, now, measured=False)
                 events = stream.feed(step, now=now)
+            if unfenced is not None:
+                events = unfenced.feed(events)
             for event in events:
                 if timeline is None:
                     yield event
@@ -344,7 +350,8 @@ async def stream_events(
         if aclose is not None:
             with contextlib.suppress(Exception):
                 await aclose()
-    for event in stream.finish(now=clock(), reason=end_reason):
+    events = stream.finish(now=clock(), reason=end_reason)
+    for event in unfenced.feed(events) if unfenced is not None else events:
         yield event if timeline is None else _with_steps(event, timeline, text=False)
 
 

@@ -51,6 +51,7 @@ from collections import OrderedDict
 from typing import Any
 
 from tokenrelay._errors import EngineError, InvalidRequestError
+from tokenrelay._json_fence import CLOSING, OPENINGS
 from tokenrelay._json_grammar import DigitRuns, bound_numbers, layout_options
 from tokenrelay.engines.base import JSONConstraint
 
@@ -212,9 +213,8 @@ class JSONGrammars:
             else:
                 schema = bound_numbers(_without_guidance_options(constraint.schema))
                 param = "response_format.json_schema.schema"
-            options = {**layout_options(), **_STRICT}
             try:
-                grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=options)  # type: ignore[arg-type]
+                grammar = _fenced(schema)
             except ValueError as exc:
                 raise InvalidRequestError(f"{param}: {exc}", param=param) from exc
         # The matcher is built here, not just validated: its construction compiles the lexer (bounded by the
@@ -230,6 +230,22 @@ class JSONGrammars:
                 f"{param}: this server cannot enforce the schema: {matcher.get_error()}", param=param
             )
         return matcher
+
+
+def _fenced(schema: str) -> str:
+    """The JSON of ``schema`` in the engine's layout, with an optional Markdown fence around it (the model's
+    own way to open a JSON answer: ``_json_fence``, which keeps the fence out of the text sent)."""
+    import llguidance
+
+    data = json.loads(schema)
+    if not isinstance(data, dict):  # a boolean schema: no options to add
+        data = {"allOf": [data]}
+    data["x-guidance"] = {**layout_options(), **_STRICT}
+    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    openings = " | ".join(json.dumps(f) for f in OPENINGS)
+    lark = f"start: FENCE? body CLOSE?\nFENCE: {openings}\nCLOSE: {json.dumps(CLOSING)}\nbody: %json {body}\n"
+    grammar: str = llguidance.grammar_from("lark", lark)
+    return grammar
 
 
 def _without_guidance_options(schema: str) -> str:
