@@ -127,11 +127,12 @@ def test_gaps_counted_at_once_expose_as_prometheus_client_would() -> None:
     rng = Random(7)
     values = [*_GAPS, 0.0, 99.0, *(rng.expovariate(20) for _ in range(300))]
     reference = CollectorRegistry()
-    histogram = Histogram("t_seconds", "gaps", ["model"], buckets=_GAPS, registry=reference).labels("m")
+    labels = ["model", "endpoint"]
+    histogram = Histogram("t_seconds", "gaps", labels, buckets=_GAPS, registry=reference).labels("m", "/e")
     for value in values:
         histogram.observe(value)
     ours = CollectorRegistry()
-    many = _ManyAtOnce("t_seconds", "gaps", "m", _GAPS, ours)
+    many = _ManyAtOnce("t_seconds", "gaps", "m", _GAPS, ours, ["/e"]).labels("/e")
     many.observe_many(values[:100])
     many.observe_many(values[100:])
     assert generate_latest(_WithoutCreated(ours)) == generate_latest(_WithoutCreated(reference))

@@ -189,19 +189,8 @@ class ReasoningSplitter:
     def mid_reasoning(self) -> bool:
         """Whether the reply is inside reasoning with nothing held and no whitespace to drop: a delta that holds
         no closing tag and ends with no character able to begin one is then all reasoning, and feeding it would
-        change nothing (what :meth:`plain_reasoning` checks; a caller may keep this between its feeds)."""
+        change nothing (what ``feed``'s own fast path checks; a caller may keep this between its feeds)."""
         return self._state == _REASONING and not self._lead and not self._held
-
-    def plain_reasoning(self, text: str) -> bool:
-        """Whether ``text``, fed now, would be all reasoning and change nothing held: the middle of the
-        reasoning, no character of it able to begin the closing tag. A caller may then take it as reasoning
-        without feeding it (the splitter's state is the same either way)."""
-        if self._state != _REASONING or self._lead or self._held or not text:
-            return False
-        closing = self._fmt.closing
-        # No character of the last len(closing) able to begin it (a negative start counts from the end, as a
-        # slice does, without one being made), and no whole tag in it.
-        return text.find(closing[0], -len(closing)) < 0 and closing not in text
 
     @property
     def answering(self) -> bool:

@@ -123,7 +123,7 @@ class ReplyPipeline:
         if self._reasoning_only and not self._ids:
             # Reasoning alone, nothing held: the common deltas leave as one event with the delta's own ids.
             # Mid-reasoning, a delta with no closing tag in it is all reasoning and changes nothing in the
-            # splitter: checked here (ReasoningSplitter.plain_reasoning's test, inlined: once per token).
+            # splitter: checked here (the splitter's own fast-path test, inlined: once per token).
             text = delta.text
             if self._mid_reasoning and text:
                 closing = self._closing

@@ -110,16 +110,6 @@ def smollm2_hf_dir(on_progress: Progress | None = None, *, cache: Path | None = 
     return target
 
 
-def _chat_template(path: str) -> str | None:
-    """The chat template in a model folder's ``tokenizer_config.json`` (``None`` when there is none to read)."""
-    config = Path(path) / "tokenizer_config.json"
-    try:
-        template = json.loads(config.read_text("utf-8")).get("chat_template")
-    except (OSError, ValueError):
-        return None
-    return template if isinstance(template, str) else None
-
-
 class VLLMEngine:
     """A running vLLM ``AsyncLLM``. Build it with :meth:`load`; ``generate`` yields vLLM's delta ids."""
 
@@ -156,8 +146,9 @@ class VLLMEngine:
     ) -> VLLMEngine:
         """Start vLLM on ``model`` ('smollm2', an HF folder, or a model id in the local HF cache); blocking.
 
-        ``reasoning_parser``: the server's ``--reasoning-parser`` (not given: the format the model's chat template
-        writes, as the server reads it). With a format, vLLM gets a reasoning config of its tags, so a request's
+        ``reasoning_parser``: the server's ``--reasoning-parser`` (this engine's tokenizer carries no chat
+        template, so neither it nor the server reads a format from one). With a format, vLLM gets a reasoning
+        config of its tags, so a request's
         thinking budget (``SamplingParams.thinking``) is enforced where vLLM samples: past the budget vLLM
         writes the closing tag itself (its ``thinking_token_budget``), as the embedded engine does."""
         report = on_progress or (lambda _line: None)
@@ -173,7 +164,7 @@ class VLLMEngine:
         try:
             if seed is not None:
                 options["seed"] = seed
-            fmt = resolve_reasoning_parser(reasoning_parser, _chat_template(path))
+            fmt = resolve_reasoning_parser(reasoning_parser)
             if fmt is not None and "reasoning_config" not in options:
                 from vllm.config import ReasoningConfig
 

@@ -29,7 +29,7 @@ from tokenrelay._errors import EngineError, TokenRelayError, UnavailableError
 from tokenrelay._reasoning import ReasoningFormat, ReasoningSplitter, ReplyStart, reply_start
 from tokenrelay._reply import ReplyCollector, ReplyFailed, ReplyWriter
 from tokenrelay._reply_pipeline import ReplyPipeline
-from tokenrelay._stream import Finished, TextDelta, TextStream, Usage
+from tokenrelay._stream import Finished, TextDelta, TextStream
 from tokenrelay._tool_call_events import FORMATS, ToolCallFormat, format_for_template
 from tokenrelay.engines.base import ThinkingBudget, stream_events
 from tokenrelay.wire._chat_writer import ChatReplyWriter, CompletionReplyWriter, openai_error_body
@@ -315,9 +315,8 @@ class Run:
     def _stopped_here(self) -> Finished:
         """The reply is complete before the engine ended it (``ReplyPipeline.done``): its end as it stands,
         counted by the engine's ``TextStream`` (every id it consumed, text relayed without ids included)."""
-        stream = self.text_stream
-        usage = stream.usage if stream is not None else Usage(len(self.prompt_ids), self.completion_ids)
-        return Finished("stop", usage)
+        assert self.text_stream is not None  # stream_events gave it before its first event
+        return Finished("stop", self.text_stream.usage)
 
     async def frames(self) -> AsyncIterator[bytes]:
         """The stream: the engine's events through the reply pipeline and the endpoint's writer, frame by frame.

@@ -41,6 +41,7 @@ __all__ = ["CONTENT_TYPE", "ERROR_TYPES", "Latency", "ServerMetrics"]
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_LATENCY_LABELS = ("model", "endpoint")
 _GAPS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 #: The OpenAI error types of the ``_errors`` tree: each gets a ``tokenrelay_errors_total`` series at zero.
@@ -70,8 +71,8 @@ class _ManyAtOnce:
 
     ``Histogram.observe`` takes a lock and searches the buckets per value (about 1.5 µs); a reply's hundreds
     of gaps, counted when it ends, cost a tenth of that here (one ``bisect`` each, on the event loop, so no
-    lock). Collected as the same ``_bucket``/``_count``/``_sum`` series, labelled ``model`` and, where the
-    histogram has them, ``endpoint`` (``labels(endpoint)`` gives that series' cells, made once).
+    lock). Collected as the same ``_bucket``/``_count``/``_sum`` series, labelled ``model`` and ``endpoint``
+    (``labels(endpoint)`` gives that series' cells, made once).
     """
 
     def __init__(
@@ -81,16 +82,14 @@ class _ManyAtOnce:
         model: str,
         buckets: Sequence[float],
         registry: CollectorRegistry,
+        endpoints: Iterable[str],
         *,
-        endpoints: Iterable[str] = (),
         multiprocess: bool = False,
     ):
         self._name, self._doc, self._model = name, doc, model
         self._bounds = tuple(sorted(buckets))
         self._multiprocess = multiprocess
-        self._label_names = ("model", "endpoint") if endpoints else ("model",)
         self._series = {endpoint: self._cells((model, endpoint)) for endpoint in endpoints}
-        self._only = None if endpoints else self._cells((model,))
         if not multiprocess:
             registry.register(self)
 
@@ -99,7 +98,7 @@ class _ManyAtOnce:
         if self._multiprocess:
             # The cells prometheus_client's own Histogram writes in multiprocess mode (one per bucket, not
             # cumulative, and the sum), so MultiProcessCollector merges them as it merges a Histogram's.
-            names, name, doc = self._label_names, self._name, self._doc
+            names, name, doc = _LATENCY_LABELS, self._name, self._doc
             bucket = [(*labels, repr(float(b))) for b in self._bounds] + [(*labels, "+Inf")]
             shared = [
                 *(
@@ -113,14 +112,9 @@ class _ManyAtOnce:
     def labels(self, endpoint: str) -> _Cells:
         return self._series[endpoint]
 
-    def observe_many(self, values: Iterable[float]) -> None:
-        """Observations into the one series of a histogram made without endpoints."""
-        assert self._only is not None, "this histogram is labelled by endpoint: use labels(endpoint)"
-        self._only.observe_many(values)
-
     def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(self._name, self._doc, labels=list(self._label_names))
-        for cells in self._series.values() if self._only is None else (self._only,):
+        family = HistogramMetricFamily(self._name, self._doc, labels=list(_LATENCY_LABELS))
+        for cells in self._series.values():
             cumulative, seen = [], 0
             for bound, count in zip((*self._bounds, math.inf), cells.counts, strict=True):
                 seen += count
@@ -233,7 +227,7 @@ class ServerMetrics:
             model,
             _GAPS,
             r,
-            endpoints=endpoints,
+            endpoints,
             multiprocess=multiprocess,
         )
         e2e = histogram("tokenrelay_e2e_seconds", "Request start to end", _LATENCY)
