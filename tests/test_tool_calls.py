@@ -481,3 +481,14 @@ def test_fuzz_any_text_gives_well_formed_events_the_same_at_every_cut(
     well_formed(whole)
     for _ in range(4):
         assert extract(fmt, random_cut(text, rng, most=10), truncated=truncated, parallel=parallel) == whole
+
+
+def test_text_after_a_mistral_array_is_text_whether_or_not_it_came_with_the_array() -> None:
+    """Found by the fuzz test: the array's closing ``]`` and the text after it in one piece fed the text to the
+    JSON parser ("unexpected text after the JSON value"), where a cut after the ``]`` made it text again."""
+    text = '[TOOL_CALLS][{"name": "h", "arguments": {}}]<tool_call> and more'
+    whole = extract(MISTRAL, [text])
+    assert calls(whole) == [("h", "{}")]
+    assert isinstance(whole[-1], ContentDelta) and whole[-1].text == "<tool_call> and more"
+    for pieces in cuttings(text):
+        assert extract(MISTRAL, pieces) == whole, pieces

@@ -97,6 +97,9 @@ class _Malformed(Exception):
 
 
 _BRACE = re.compile(r"[{}]")
+# An array format's document ends at its ']': a piece ends there too, so text after the array (text again) is
+# never fed to the JSON parser with it, whatever the cut.
+_BRACE_OR_BRACKET = re.compile(r"[{}\]]")
 _BARE_KEYS = frozenset(("name", "type", "parameters", "arguments"))  # what a bare llama3 call may open with
 _WS = frozenset(" \t\r\n")
 
@@ -295,9 +298,10 @@ class ToolCallExtractor:
         """Feed the JSON document; the index where it ended (or ``len(text)``)."""
         pj = self._json
         assert pj is not None
+        ends = _BRACE_OR_BRACKET if self._fmt.array else _BRACE
         n = len(text)
         while i < n:
-            brace = _BRACE.search(text, i)
+            brace = ends.search(text, i)
             j = brace.end() if brace else n
             piece = text[i:j]
             was_open = self._call is not None and self._call.arguments_open
