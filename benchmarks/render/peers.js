@@ -10,10 +10,12 @@
 //                 what a user feels as jank
 //
 // and their ratios, the cost of the last tenth of the tokens against the first (flat per token is ≤ 2×).
+// The `driver` row is the driver alone (the text goes nowhere): its frames, timers and marks are in every
+// row, so each renderer's own work is its row less the driver's ("own" columns, and the ratios on them).
 // Workloads: `reply`, a 10,000-token reply (prose, lists, tables, code blocks: benchmarks/render/reply.js),
 // and `open-code`, a reply whose code block of 58,000 characters never closes (streamdown#574).
 //
-//   node benchmarks/render/peers.js [--workloads reply,open-code] [--renderers tokenrelay,streamdown,streaming-markdown]
+//   node benchmarks/render/peers.js [--workloads reply,open-code] [--renderers driver,tokenrelay,streamdown,streaming-markdown]
 //                                   [--tokens 10000] [--code-chars 58000] [--per-frame 4] [--runs 1]
 
 import { build } from 'esbuild';
@@ -29,7 +31,7 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const { values: args } = parseArgs({
   options: {
     workloads: { type: 'string', default: 'reply,open-code' },
-    renderers: { type: 'string', default: 'tokenrelay,streamdown,streaming-markdown' },
+    renderers: { type: 'string', default: 'driver,tokenrelay,streamdown,streaming-markdown' },
     tokens: { type: 'string', default: '10000' },
     'code-chars': { type: 'string', default: '58000' },
     'per-frame': { type: 'string', default: '4' },
@@ -139,20 +141,23 @@ function analyse(events) {
   }
   const total = (key) => tenths.reduce((sum, t) => sum + t[key], 0);
   // Where the main thread's time went: the events directly inside its tasks, by name.
-  const inside = new Map();
-  const from = bounds[0];
-  const to = bounds[10];
-  const tops = mine
-    .filter((e) => !TASK.has(e.name) && e.ts >= from && e.ts < to)
-    .sort((a, b) => a.ts - b.ts || b.dur - a.dur);
-  let end = -1;
-  for (const e of tops) {
-    if (e.ts < end) continue; // nested in the previous top-level event
-    end = e.ts + e.dur;
-    inside.set(e.name, (inside.get(e.name) ?? 0) + e.dur / 1000);
-  }
+  const where = (from, to) => {
+    const inside = new Map();
+    const tops = mine
+      .filter((e) => !TASK.has(e.name) && e.ts >= from && e.ts < to)
+      .sort((a, b) => a.ts - b.ts || b.dur - a.dur);
+    let end = -1;
+    for (const e of tops) {
+      if (e.ts < end) continue; // nested in the previous top-level event
+      end = e.ts + e.dur;
+      inside.set(e.name, (inside.get(e.name) ?? 0) + e.dur / 1000);
+    }
+    return [...inside].sort((a, b) => b[1] - a[1]).slice(0, 8);
+  };
   return {
-    breakdown: [...inside].sort((a, b) => b[1] - a[1]).slice(0, 8),
+    breakdown: where(bounds[0], bounds[10]),
+    firstTenth: where(bounds[0], bounds[1]),
+    lastTenth: where(bounds[9], bounds[10]),
     main: total('main'),
     scripting: total('scripting'),
     wall: (bounds[10] - bounds[0]) / 1000,
@@ -206,9 +211,11 @@ async function main() {
   try {
     for (const workload of args.workloads.split(',')) {
       results[workload] = {};
-      for (const name of renderers) {
-        const runs = [];
-        for (let r = 0; r < Number(args.runs); r++) {
+      // Rounds of one run per renderer, so that a change in the machine's load falls on every renderer alike.
+      const runsOf = Object.fromEntries(renderers.map((name) => [name, []]));
+      for (let r = 0; r < Number(args.runs); r++) {
+        for (const name of renderers) {
+          const runs = runsOf[name];
           const page = await browser.newPage({ viewport: { width: 1000, height: 800 } });
           await page.goto(`http://127.0.0.1:${server.address().port}/`);
           await page.waitForFunction(() => window.bench?.ready);
@@ -244,9 +251,10 @@ async function main() {
           runs.push({ ...analyse(events), ...sizesShown, perFrame: frames });
           await page.close();
         }
-        // The run with the least main-thread time: the one least disturbed by the rest of the machine.
-        if (runs.length > 0) results[workload][name] = runs.sort((a, b) => a.main - b.main)[0];
       }
+      // The run with the least main-thread time: the one least disturbed by the rest of the machine.
+      for (const [name, runs] of Object.entries(runsOf))
+        if (runs.length > 0) results[workload][name] = runs.sort((a, b) => a.main - b.main)[0];
       report({ [workload]: results[workload] });
     }
   } finally {
@@ -273,9 +281,28 @@ async function profile(cdp, page, runArgs) {
     const key = `${functionName || '(anonymous)'}:${lineNumber + 1}`;
     self.set(key, (self.get(key) ?? 0) + us);
   }
+  // Inclusive time: each sample counted once for every function on its stack.
+  const parent = new Map();
+  for (const node of data.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
+  const inclusive = new Map();
+  for (const [id, us] of dt) {
+    const seen = new Set();
+    for (let at = id; at !== undefined; at = parent.get(at)) {
+      const { functionName, lineNumber } = byId.get(at).callFrame;
+      seen.add(`${functionName || '(anonymous)'}:${lineNumber + 1}`);
+    }
+    for (const key of seen) inclusive.set(key, (inclusive.get(key) ?? 0) + us);
+  }
+  if (process.env.INCLUSIVE) {
+    console.log(`\ninclusive time of ${runArgs[0]}:`);
+    for (const [key, us] of [...inclusive]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, Number(process.env.INCLUSIVE)))
+      console.log(`  ${(us / 1000).toFixed(1).padStart(8)}  ${key}`);
+  }
   const total = [...self.values()].reduce((a, b) => a + b, 0);
   console.log(`\nprofile of ${runArgs[0]} on ${runArgs[1]} (self time, ms of ${(total / 1000).toFixed(0)}):`);
-  for (const [key, us] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 30))
+  for (const [key, us] of [...self].sort((a, b) => b[1] - a[1]).slice(0, Number(process.env.TOP ?? 30)))
     console.log(`  ${(us / 1000).toFixed(1).padStart(8)}  ${key}`);
 }
 
@@ -283,28 +310,37 @@ function report(results) {
   if (args.profile) return;
   for (const [workload, rows] of Object.entries(results)) {
     const any = Object.values(rows)[0];
+    const driver = rows.driver ?? null;
+    const own = (r, key) => (driver === null ? null : r[key] - driver[key]);
+    const ms = (value) => (value === null ? '-' : value.toFixed(0));
     console.log(
       `\n${workload}: ${any.tokens} tokens, ${any.characters} characters, ${any.perFrame} tokens per frame (ms, from a trace)`,
     );
     console.log(
-      `${''.padEnd(20)}${'scripting'.padStart(11)}${'main thread'.padStart(13)}${'wall'.padStart(9)}${'last/first tenth (script, main)'.padStart(34)}`,
+      `${''.padEnd(20)}${'scripting'.padStart(11)}${'main thread'.padStart(13)}${'own script'.padStart(12)}` +
+        `${'own main'.padStart(10)}${'wall'.padStart(9)}${'last/first tenth (script, main)'.padStart(34)}`,
     );
     for (const [name, r] of Object.entries(rows)) {
+      const mine = name !== 'driver';
       console.log(
-        `${name.padEnd(20)}${r.scripting.toFixed(0).padStart(11)}${r.main.toFixed(0).padStart(13)}${r.wall.toFixed(0).padStart(9)}` +
-          `${`${r.flatScripting.toFixed(2)}x, ${r.flatMain.toFixed(2)}x`.padStart(34)}`,
+        `${name.padEnd(20)}${r.scripting.toFixed(0).padStart(11)}${r.main.toFixed(0).padStart(13)}` +
+          `${(mine ? ms(own(r, 'scripting')) : '').padStart(12)}${(mine ? ms(own(r, 'main')) : '').padStart(10)}` +
+          `${r.wall.toFixed(0).padStart(9)}${`${r.flatScripting.toFixed(2)}x, ${r.flatMain.toFixed(2)}x`.padStart(34)}`,
       );
       if (args.breakdown)
-        console.log(`    ${r.breakdown.map(([event, ms]) => `${event} ${ms.toFixed(0)}`).join(', ')}`);
+        for (const key of ['breakdown', 'firstTenth', 'lastTenth'])
+          console.log(`    ${key}: ${r[key].map(([event, t]) => `${event} ${t.toFixed(0)}`).join(', ')}`);
     }
     const us = rows.tokenrelay;
     if (!us) continue;
     for (const [name, r] of Object.entries(rows)) {
-      if (name === 'tokenrelay') continue;
-      console.log(
-        `tokenrelay vs ${name}: scripting ${(r.scripting / us.scripting).toFixed(2)}x less, main thread ${(r.main / us.main).toFixed(2)}x less ` +
-          `(tokenrelay = ${(us.scripting / r.scripting).toFixed(2)}x / ${(us.main / r.main).toFixed(2)}x of it)`,
-      );
+      if (name === 'tokenrelay' || name === 'driver') continue;
+      const ratio = (key, of) => (of(r, key) / of(us, key)).toFixed(2);
+      const whole = (row, key) => row[key];
+      let line = `tokenrelay vs ${name}: whole rows ${ratio('scripting', whole)}x less scripting, ${ratio('main', whole)}x less main thread`;
+      if (driver !== null)
+        line += `; own work ${ratio('scripting', own)}x less scripting, ${ratio('main', own)}x less main thread`;
+      console.log(`${line} (above 1: tokenrelay does less)`);
     }
   }
 }

@@ -10,6 +10,11 @@ import { MarkdownRenderer } from 'tokenrelay/markdown';
 import { openCodeTokens, replyTokens } from './reply.js';
 
 const RENDERERS = {
+  // The driver alone: the text goes nowhere. Its time (frames, timers, marks) is in every other row too, and
+  // taken from them gives each renderer's own work.
+  driver() {
+    return { append() {}, finish() {} };
+  },
   tokenrelay(container) {
     const renderer = new MarkdownRenderer(container);
     return { append: (token) => renderer.append(token), finish: () => renderer.finish() };

@@ -63,17 +63,66 @@ describe('BlockRenderer: what the open block shows', () => {
 
   test('a block closes when the next block has two complete lines, not before', () => {
     const renderer = new BlockRenderer(md);
-    renderer.push('1. a\n\n2');
-    assert.deepEqual(renderer.update().closed, [], '"2" may become "2. b", the next item');
-    renderer.push('. b\n\nafter\n');
+    renderer.push('# h\nafter\n');
     assert.deepEqual(renderer.update().closed, [], 'the line after "after" may be "===" or a table row');
     renderer.push('more\n');
+    const { closed, open } = renderer.update();
+    assert.deepEqual(closed, [{ tag: 'h1', attrs: null, children: ['h'] }]);
+    assert.deepEqual(open, [{ tag: 'p', attrs: null, children: ['after\nmore'] }]);
+    assert.equal(renderer.tail, 'after\nmore\n');
+  });
+
+  test('after a blank line, a complete first line is enough', () => {
+    const renderer = new BlockRenderer(md);
+    renderer.push('1. a\n\n2');
+    assert.deepEqual(renderer.update().closed, [], '"2" may become "2. b", the next item');
+    renderer.push('. b\n\nafter');
+    assert.deepEqual(renderer.update().closed, [], 'a partial line may still be "   c", the item going on');
+    renderer.push('\n');
     const { closed, open } = renderer.update();
     assert.equal(closed.length, 1);
     assert.equal(closed[0].tag, 'ol');
     assert.equal(closed[0].children.length, 2);
-    assert.deepEqual(open, [{ tag: 'p', attrs: null, children: ['after\nmore'] }]);
-    assert.equal(renderer.tail, 'after\nmore\n');
+    assert.deepEqual(open, [{ tag: 'p', attrs: null, children: ['after'] }]);
+    assert.equal(renderer.tail, 'after\n');
+  });
+
+  test('a paragraph, heading, quote, table or rule closes at the blank line after it', () => {
+    for (const [text, tag] of [
+      ['para\nline two', 'p'],
+      ['# heading', 'h1'],
+      ['> quote\nlazy', 'blockquote'],
+      ['a | b\n-|-\n1 | 2', 'table'],
+      ['***', 'hr'],
+    ]) {
+      const renderer = new BlockRenderer(md);
+      renderer.push(`${text}\n `);
+      assert.deepEqual(renderer.update().closed, [], `${tag}: the blank line is not complete`);
+      renderer.push('\n\n ');
+      const { closed, open } = renderer.update();
+      assert.deepEqual(closed, oneShot(text), tag);
+      assert.deepEqual(open, []);
+      assert.equal(renderer.tail, ' ', 'the tail starts past the blank lines');
+    }
+  });
+
+  test('a list or an indented code block can go on after a blank line: it stays open', () => {
+    for (const text of ['- a\n\n', '1. a\n\n', '    code\n\n']) {
+      const renderer = new BlockRenderer(md);
+      renderer.push(text);
+      assert.deepEqual(renderer.update().closed, [], JSON.stringify(text));
+    }
+  });
+
+  test('a fenced code block closes once its closing line is complete', () => {
+    const renderer = new BlockRenderer(md);
+    renderer.push('```js\nx\n```');
+    assert.deepEqual(renderer.update().closed, [], '"```x" would not close it');
+    renderer.push('\n');
+    const { closed, open } = renderer.update();
+    assert.deepEqual(closed, oneShot('```js\nx\n```\n'));
+    assert.deepEqual(open, []);
+    assert.equal(renderer.tail, '');
   });
 
   test('a partial delimiter row can split a line off the paragraph above: nothing closes on it', () => {

@@ -78,6 +78,10 @@ export const TRICKY = [
   '[a]: /u\n\n[a]\n\n[b]\n\n[b]: /v',
   'line\r\nline\r\rpara\rnext\r\n\r\n- x\r- y',
   '* * *\n- - -\n_ _ _\n\n* a\n* b\n+ c',
+  // Blocks that close at a blank line, and those that go on past one.
+  'para\n\n    code\n\n  - x\n\n\n   # h\n\n> q\n\n> r\n\na | b\n-|-\n1 | 2\n\n***\n\n',
+  '- a\n\n  b\n\n- c\n\n  ```\n  x\n\n  ```\nd\n\n    e\n\n    f\n\ng',
+  '```\nx\n```\n```\ny\n```   \n~~~\n```\n~~~~~\nz\n \t\n\tcode\n\n',
   '',
   '\n\n\n',
   'x',

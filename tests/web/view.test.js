@@ -172,10 +172,38 @@ describe('MarkdownRenderer: at most one DOM write per animation frame', () => {
     p.runFrames();
     assert.equal(blocks(p.container)[0], paragraph);
     assert.equal(paragraph.firstChild, textNode);
-    assert.equal(textNode.data, 'Hello, world');
+    assert.equal(textNode.data, 'Hello', 'what was drawn is not written again');
+    assert.equal(textNode.nextSibling.data, ', world', 'what was added is a text node of its own');
+    assert.equal(paragraph.textContent, 'Hello, world');
     v.append('\n===');
     p.runFrames();
     assert.equal(html(p.container), '<h1>Hello, world</h1>', 'a change of kind replaces the element');
+  });
+
+  test('a text grows by pieces, joined into one node every so often', () => {
+    const p = page();
+    const v = view(p);
+    v.append('Hello');
+    p.runFrames();
+    const [paragraph] = blocks(p.container);
+    let most = 0;
+    for (let i = 0; i < 100; i++) {
+      v.append(` w${i}`);
+      p.runFrames();
+      most = Math.max(most, paragraph.childNodes.length);
+      assert.equal(paragraph.textContent, `Hello${Array.from({ length: i + 1 }, (_, k) => ` w${k}`).join('')}`);
+    }
+    assert.ok(most > 1 && most <= 33, `at most 33 text nodes (${most})`);
+    assert.equal(paragraph.firstChild.nodeType, 3);
+    v.append(' *em*');
+    p.runFrames();
+    assert.equal(paragraph.lastChild.outerHTML, '<em>em</em>');
+    assert.equal(paragraph.firstChild.nodeType, 3);
+    v.append('\nnext line');
+    p.runFrames();
+    v.finish();
+    p.runFrames();
+    assert.equal(html(p.container), oneShotHTML(v.text), 'the same HTML as the one-shot render');
   });
 
   test('finish() resolves after the last frame has drawn everything', async () => {

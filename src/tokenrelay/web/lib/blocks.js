@@ -108,26 +108,31 @@ export class BlockRenderer {
     const tokens = parse(this._md, tail);
     const starts = topLevelStarts(tokens);
     const lineStarts = lineOffsets(tail);
-    // The last block whose first two lines are complete: every block before it is closed.
+    // The last block whose start is settled: every block before it is closed.
     let cut = 0;
     for (let k = starts.length - 1; k > 0; k--) {
-      const line = tokens[starts[k]].map[0];
-      if (line + 2 < lineStarts.length) {
+      if (settledStart(tail, lineStarts, tokens[starts[k]].map[0])) {
         cut = k;
         break;
       }
     }
+    // Blocks that nothing after them can change close too, even with no block after them yet.
+    while (cut < starts.length && isFinal(tail, lineStarts, tokens[starts[cut]])) cut++;
     const hl = this._highlight;
     if (cut === 0) {
       this._lastOpen = renderTokens(tokens, 0, tokens.length, hl);
       return { closed: [], open: this._lastOpen };
     }
-    const offset = lineStarts[tokens[starts[cut]].map[0]];
+    const split = cut < starts.length ? starts[cut] : tokens.length;
+    // The new tail starts at the next block, or past the blank lines after the last one.
+    let line = cut < starts.length ? tokens[split].map[0] : tokens[starts[cut - 1]].map[1];
+    if (cut === starts.length) while (line + 1 < lineStarts.length && isBlank(tail, lineStarts, line)) line++;
+    const offset = lineStarts[line];
     this._tail = tail.slice(offset);
     this._lineStart -= offset;
     this._fence = undefined;
-    this._lastOpen = renderTokens(tokens, starts[cut], tokens.length, hl);
-    return { closed: renderTokens(tokens, 0, starts[cut], hl), open: this._lastOpen };
+    this._lastOpen = renderTokens(tokens, split, tokens.length, hl);
+    return { closed: renderTokens(tokens, 0, split, hl), open: this._lastOpen };
   }
 
   /** End of the text: the tail is rendered as closed too. @returns {Update} */
@@ -151,8 +156,14 @@ export class BlockRenderer {
     const open = this._lastOpen;
     const tail = this._tail;
     const before = tail.length - added.length;
-    if (open === null || added === '' || before <= 0 || !EXTENDS.text.test(added)) return null;
-    if (!EXTENDS.last.test(tail[before - 1])) return null;
+    if (open === null || added === '' || before <= 0) return null;
+    // Spaces at the end are not shown (markdown-it trims a block's text): they wait in the tail and join
+    // the description when a word follows them.
+    const shown = trimSpaces(added);
+    if (shown !== '' && !EXTENDS.text.test(shown)) return null;
+    let end = before - 1; // the last character shown before `added`
+    while (end >= this._lineStart && tail.charCodeAt(end) === 32) end--;
+    if (end < this._lineStart || !EXTENDS.last.test(tail[end])) return null;
     // The current line's kind is settled: its first word is complete, or it starts with a letter.
     if (!EXTENDS.line.test(tail.slice(this._lineStart, before))) return null;
     // The last block, down its last children, must end in text; a table is not extended (a row's cells past
@@ -164,18 +175,20 @@ export class BlockRenderer {
       if (last < 0) return null;
       const node = nodes[last];
       if (typeof node === 'string') {
-        if (node.length === 0 || node[node.length - 1] !== tail[before - 1]) return null;
+        if (node.length === 0 || node[node.length - 1] !== tail[end]) return null;
         break;
       }
       if (node.tag === 'table' || node.tag === 'pre' || node.tag === 'code' || node.tag === 'a') return null;
       path.push(node);
       nodes = node.children;
     }
+    if (shown === '') return open;
+    const more = tail.slice(end + 1, before) + shown;
     // A new description, copied along the path to the last text: the rest is shared with the last one.
     const grow = (list, depth) => {
       const copy = list.slice();
       const last = copy.length - 1;
-      if (depth === path.length) copy[last] = copy[last] + added;
+      if (depth === path.length) copy[last] = copy[last] + more;
       else copy[last] = { ...copy[last], children: grow(copy[last].children, depth + 1) };
       return copy;
     };
@@ -238,6 +251,13 @@ const EXTENDS = {
   line: /^\s*(?:\p{L}|\S+\s)/u,
 };
 
+/** `text` without the spaces it ends with. */
+function trimSpaces(text) {
+  let end = text.length;
+  while (end > 0 && text.charCodeAt(end - 1) === 32) end--;
+  return end === text.length ? text : text.slice(0, end);
+}
+
 /** The longest open tail parsed again while it streams (characters); longer, it is drawn as text. */
 export const MAX_OPEN_PARSE = 100_000;
 
@@ -293,6 +313,42 @@ function topLevelStarts(tokens) {
 }
 
 /** Offsets where each line of `text` starts; a line is complete when the next one has an entry. */
+/** Whether line `line` of `text` is complete and holds only spaces or tabs. */
+function isBlank(text, lineStarts, line) {
+  if (line < 0 || line + 1 >= lineStarts.length) return false;
+  for (let i = lineStarts[line], end = lineStarts[line + 1] - 1; i < end; i++) {
+    const c = text.charCodeAt(i);
+    if (c !== 32 && c !== 9) return false;
+  }
+  return true;
+}
+
+/**
+ * Whether a top-level block starting on `line` starts there for good, closing every block before it: its
+ * first line is complete, and either the line after it is complete too (a partial line can only reach back
+ * one line: a setext underline, a table's delimiter row) or a blank line comes before it (nothing reaches
+ * back over a blank line but a list or an indented code block, and a new top-level block after the blank
+ * line has already ended those).
+ */
+function settledStart(text, lineStarts, line) {
+  if (line + 1 >= lineStarts.length) return false;
+  return line + 2 < lineStarts.length || isBlank(text, lineStarts, line - 1);
+}
+
+/**
+ * Whether the top-level block that `token` opens is final with nothing after it yet: a paragraph, heading,
+ * block quote, table or rule followed by a complete blank line (which ends each of them; a list or an
+ * indented code block can go on after one), or a fenced code block whose closing line is complete.
+ */
+function isFinal(text, lineStarts, token) {
+  const [first, end] = token.map;
+  if (FINAL_BEFORE_BLANK.has(token.type)) return isBlank(text, lineStarts, end);
+  if (token.type !== 'fence' || end - 1 <= first || end >= lineStarts.length) return false;
+  return closesFence(text, lineStarts[end - 1], lineStarts[end] - 1, token.markup);
+}
+
+const FINAL_BEFORE_BLANK = new Set(['paragraph_open', 'heading_open', 'blockquote_open', 'table_open', 'hr']);
+
 function lineOffsets(text) {
   const starts = [0];
   for (let at = text.indexOf('\n'); at >= 0; at = text.indexOf('\n', at + 1)) starts.push(at + 1);

@@ -212,7 +212,7 @@ export class MarkdownRenderer extends FrameView {
   _reset() {
     this._renderer = new BlockRenderer(this._md, { highlight: this._highlight });
     this._open = []; // the open tail's description as drawn
-    this._openNodes = []; // and its nodes, the last ones in the container
+    this._drawn = []; // and what was drawn for it, the last nodes in the container
     this._group = null; // the <div class="blocks"> new blocks go into
     this._wait = 0; // frames to let pass before the next update (the budget, above)
   }
@@ -239,9 +239,9 @@ export class MarkdownRenderer extends FrameView {
     // The blocks that closed were the first of the open tail, drawn already: patching them into their
     // final form leaves them where they are, usually unchanged. After that nothing touches them again.
     const next = closed.length > 0 ? closed.concat(open ?? []) : (open ?? []);
-    const nodes = patchChildren(doc, (node) => this._appendBlock(node), this._open, this._openNodes, next);
+    const drawn = patchChildren(doc, (node) => this._appendBlock(node), this._open, this._drawn, next);
     this._open = open ?? [];
-    this._openNodes = nodes.slice(closed.length);
+    this._drawn = drawn.slice(closed.length);
     this._wait = Math.min(60, Math.floor((this._now() - start) / FRAME_BUDGET_MS));
     return true;
   }
@@ -268,27 +268,73 @@ function reportError(error) {
 }
 
 /**
- * Make `nodes` (built from the descriptions `old`) into nodes for `next`, changing only what differs: the
- * open block usually differs from the last frame's by a few characters at the end of one text node, and
- * re-creating it whole would make the browser shape and lay out all of it again. New nodes go to
- * `append`. The result is the DOM that buildNodes(next) gives (the view tests check it at every byte cut).
+ * What was drawn for one description node, so that the next frame's patch never has to read the DOM back:
+ * an element and what was drawn for its children, or a text: its node, then the pieces appended to it.
+ * @typedef {{node: Node, kids: Drawn[] | null, pieces: Text[] | null}} Drawn
  */
-function patchChildren(doc, append, old, nodes, next) {
+
+/** Text nodes one text grows by (one per frame) before they are joined into one again. */
+const MAX_PIECES = 32;
+
+/** Draw a description node (build), keeping what was drawn for patch. @returns {Drawn} */
+function draw(doc, desc) {
+  if (typeof desc === 'string') return { node: doc.createTextNode(desc), kids: null, pieces: null };
+  const el = build(doc, { ...desc, children: [] });
+  const kids = desc.children.map((child) => draw(doc, child));
+  for (const kid of kids) el.appendChild(kid.node);
+  return { node: el, kids, pieces: null };
+}
+
+/** The last DOM node of a drawn node (a text's last piece). */
+function lastNode(drawn) {
+  return drawn.pieces === null ? drawn.node : drawn.pieces[drawn.pieces.length - 1];
+}
+
+function remove(drawn) {
+  drawn.node.remove();
+  if (drawn.pieces !== null) for (const piece of drawn.pieces) piece.remove();
+}
+
+/**
+ * Make `drawn` (drawn from the descriptions `old`) into what draws `next`, changing only what differs: the
+ * open block usually differs from the last frame's by a few characters at the end of one text, and
+ * re-creating it whole would make the browser shape and lay out all of it again. New nodes go to `append`.
+ * The DOM ends up as buildNodes(next) would make it, but for a text that grew by appending, which is
+ * several adjacent text nodes (the view tests compare the HTML at every byte cut).
+ * @returns {Drawn[]}
+ */
+function patchChildren(doc, append, old, drawn, next) {
   const out = [];
   for (let i = 0; i < next.length; i++) {
-    if (i < old.length) out.push(patch(doc, old[i], nodes[i], next[i]));
-    else out.push(append(build(doc, next[i])));
+    if (i < old.length) out.push(patch(doc, old[i], drawn[i], next[i]));
+    else {
+      const kid = draw(doc, next[i]);
+      append(kid.node);
+      out.push(kid);
+    }
   }
-  for (let i = next.length; i < old.length; i++) nodes[i].remove();
+  for (let i = next.length; i < old.length; i++) remove(drawn[i]);
   return out;
 }
 
-function patch(doc, old, node, next) {
-  if (old === next) return node;
+function patch(doc, old, drawn, next) {
+  if (old === next) return drawn;
   if (typeof next === 'string' && typeof old === 'string') {
-    if (next.startsWith(old)) node.appendData(next.slice(old.length));
-    else node.data = next;
-    return node;
+    if (next.length > old.length && (drawn.pieces?.length ?? 0) < MAX_PIECES && next.startsWith(old)) {
+      // A text node of its own for what was added: appendData() makes Chromium update the layout of the
+      // whole text it joins there and then, inside the script (traced: ~0.1 ms a frame, 40% of the
+      // renderer's own scripting on a 10k-token reply); a new node is laid out at the next frame with the
+      // rest. Every MAX_PIECES pieces, one text again.
+      const piece = doc.createTextNode(next.slice(old.length));
+      lastNode(drawn).after(piece);
+      if (drawn.pieces === null) drawn.pieces = [piece];
+      else drawn.pieces.push(piece);
+      return drawn;
+    }
+    if (drawn.pieces !== null) for (const piece of drawn.pieces) piece.remove();
+    drawn.node.data = next;
+    drawn.pieces = null;
+    return drawn;
   }
   if (
     typeof next !== 'string' &&
@@ -296,17 +342,13 @@ function patch(doc, old, node, next) {
     old.tag === next.tag &&
     sameAttrs(old.attrs, next.attrs)
   ) {
-    patchChildren(
-      doc,
-      (child) => node.appendChild(child),
-      old.children,
-      Array.from(node.childNodes),
-      next.children,
-    );
-    return node;
+    const el = drawn.node;
+    drawn.kids = patchChildren(doc, (child) => el.appendChild(child), old.children, drawn.kids, next.children);
+    return drawn;
   }
-  const replacement = build(doc, next);
-  node.replaceWith(replacement);
+  const replacement = draw(doc, next);
+  drawn.node.before(replacement.node);
+  remove(drawn);
   return replacement;
 }
 
