@@ -191,7 +191,10 @@ describe('MarkdownRenderer: at most one DOM write per animation frame', () => {
       v.append(` w${i}`);
       p.runFrames();
       most = Math.max(most, paragraph.childNodes.length);
-      assert.equal(paragraph.textContent, `Hello${Array.from({ length: i + 1 }, (_, k) => ` w${k}`).join('')}`);
+      assert.equal(
+        paragraph.textContent,
+        `Hello${Array.from({ length: i + 1 }, (_, k) => ` w${k}`).join('')}`,
+      );
     }
     assert.ok(most > 1 && most <= 33, `at most 33 text nodes (${most})`);
     assert.equal(paragraph.firstChild.nodeType, 3);

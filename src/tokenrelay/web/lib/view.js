@@ -343,7 +343,13 @@ function patch(doc, old, drawn, next) {
     sameAttrs(old.attrs, next.attrs)
   ) {
     const el = drawn.node;
-    drawn.kids = patchChildren(doc, (child) => el.appendChild(child), old.children, drawn.kids, next.children);
+    drawn.kids = patchChildren(
+      doc,
+      (child) => el.appendChild(child),
+      old.children,
+      drawn.kids,
+      next.children,
+    );
     return drawn;
   }
   const replacement = draw(doc, next);
