@@ -34,7 +34,7 @@
 // them, the closed nodes joined over update() and finish() equal renderTokens(md.parse(whole)). Closing a
 // block one line late costs nothing but a re-render; closing it early would freeze a wrong one.
 
-import { codeBlock, renderTokens } from './markdown_nodes.js';
+import { codeBlock, codeBoxes, codeNodes, renderTokens } from './markdown_nodes.js';
 
 /**
  * @typedef {import('./markdown_nodes.js').Node} Node
@@ -91,7 +91,7 @@ export class BlockRenderer {
     const fence = this._openFence();
     if (fence !== null) {
       this._lastOpen = null;
-      return { closed: [], open: [codeBlock(fence.info, this._tail.slice(fence.start), this._highlight)] };
+      return { closed: [], open: [this._openCode(fence)] };
     }
     const extended = this._extend(added);
     if (extended !== null) {
@@ -196,6 +196,26 @@ export class BlockRenderer {
   }
 
   /**
+   * The open fence's block. Its complete lines go into boxes of CODE_BOX characters or so, each described
+   * once and laid out by the browser as a block of its own, so that a frame lays out and paints the last
+   * box, not the whole block (a <pre> is one run of text to the browser: streamed into as one, the layout of
+   * a 58,000-character block grew 9x from its first tenth to its last). The closing fence (or the end)
+   * makes it one block again, as markdown-it renders it.
+   */
+  _openCode(fence) {
+    const tail = this._tail;
+    const hl = this._highlight;
+    for (let end = tail.indexOf('\n', fence.boxed + CODE_BOX - 1); end >= 0;) {
+      fence.boxes.push(box(codeNodes(fence.info, tail.slice(fence.boxed, end + 1), hl)));
+      fence.boxed = end + 1;
+      end = tail.indexOf('\n', fence.boxed + CODE_BOX - 1);
+    }
+    if (fence.boxes.length === 0) return codeBlock(fence.info, tail.slice(fence.start), hl);
+    const rest = box(codeNodes(fence.info, tail.slice(fence.boxed), hl));
+    return codeBoxes(fence.info, [...fence.boxes, rest]);
+  }
+
+  /**
    * The fence the tail opens, when it is still open: {info, start (where its content starts), scanned
    * (where the lines not yet checked for a closing fence start)}; null when the tail is anything else, or
    * when a line (the partial last one included) closes it: then markdown-it parses the tail as usual.
@@ -217,7 +237,16 @@ export class BlockRenderer {
         this._fence = null;
         return null;
       }
-      this._fence = { marker, info: info.trim(), start: end + 1, scanned: end + 1, closed: false };
+      const start = end + 1;
+      this._fence = {
+        marker,
+        info: info.trim(),
+        start,
+        scanned: start,
+        closed: false,
+        boxes: [],
+        boxed: start,
+      };
     }
     const fence = this._fence;
     if (fence === null || fence.closed) return null;
@@ -250,6 +279,13 @@ const EXTENDS = {
   last: /^[^\s*_`\\[\]()<>&!;|~#=+\-]$/u,
   line: /^\s*(?:\p{L}|\S+\s)/u,
 };
+
+/** Characters of complete lines in each box of an open code block (see _openCode). */
+export const CODE_BOX = 2048;
+
+function box(children) {
+  return { tag: 'span', attrs: null, children, box: true };
+}
 
 /** `text` without the spaces it ends with. */
 function trimSpaces(text) {

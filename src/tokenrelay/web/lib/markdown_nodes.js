@@ -62,8 +62,9 @@ export function createMarkdown(MarkdownIt) {
 }
 
 /**
- * @typedef {string | {tag: string, attrs: Record<string, string> | null, children: Node[]}} Node
- * A text node is a string; an element lists its tag, attributes and children.
+ * @typedef {string | {tag: string, attrs: Record<string, string> | null, children: Node[], box?: boolean}} Node
+ * A text node is a string; an element lists its tag, attributes and children. `box`: a <span> the view lays
+ * out as a block of its own (display: block), for the lines of an open code block (blocks.js).
  */
 
 /**
@@ -118,12 +119,40 @@ export function renderTokens(tokens, from = 0, to = tokens.length, highlight = n
  * @returns {Node}
  */
 export function codeBlock(info, content, highlight) {
-  const language = info ? info.trim().split(/\s+/)[0] : '';
-  const attrs = LANGUAGE.test(language) ? { class: `language-${language}` } : null;
-  const code = element('code', attrs);
-  const nodes = attrs !== null && highlight !== null ? highlight(content, language) : null;
-  code.children.push(...(nodes ?? [content]));
+  return codeBoxes(info, codeNodes(info, content, highlight));
+}
+
+/**
+ * The <pre><code> of a code block around `children`: its content (codeNodes), or the boxes of an open
+ * fence's lines (blocks.js).
+ * @param {string} info
+ * @param {Node[]} children
+ * @returns {Node}
+ */
+export function codeBoxes(info, children) {
+  const language = codeLanguage(info);
+  const code = { tag: 'code', attrs: language === '' ? null : { class: `language-${language}` }, children };
   return { tag: 'pre', attrs: null, children: [code] };
+}
+
+/**
+ * A code block's content as nodes: highlighted when the info string names a language and a highlighter is
+ * given (and it does not decline), else the text.
+ * @param {string} info
+ * @param {string} content
+ * @param {Highlighter | null} highlight
+ * @returns {Node[]}
+ */
+export function codeNodes(info, content, highlight) {
+  const language = codeLanguage(info);
+  const nodes = language !== '' && highlight !== null ? highlight(content, language) : null;
+  return nodes ?? (content === '' ? [] : [content]);
+}
+
+/** The language a fence's info string names, or '' (none, or not a plain name). */
+function codeLanguage(info) {
+  const language = info ? info.trim().split(/\s+/)[0] : '';
+  return LANGUAGE.test(language) ? language : '';
 }
 
 function renderInline(tokens, parent) {
