@@ -21,9 +21,13 @@ after(() => {
   for (const file of written) rmSync(file, { force: true });
 });
 
-/** The README block that imports `entry`. */
-function block(entry) {
-  const found = BLOCKS.filter((b) => b.code.includes(`from '${entry}'`));
+/** The README block that imports `entry` (and holds `also`; without it, the one that does not use Shiki). */
+function block(entry, also = '') {
+  const found = BLOCKS.filter(
+    (b) =>
+      b.code.includes(`from '${entry}'`) &&
+      (also === '' ? !b.code.includes("from 'shiki'") : b.code.includes(also)),
+  );
   assert.equal(found.length, 1, `one README block imports ${entry}`);
   return found[0];
 }
@@ -150,6 +154,31 @@ describe('the npm package README', () => {
     assert.equal(reply.querySelector('strong').textContent, 'bold');
     assert.equal(reply.querySelector('pre > code.language-js').textContent, 'const a = 1;\n');
     assert.ok(reply.querySelector('span.hljs-keyword'), 'highlight.js marked the keyword');
+  });
+
+  test('tokenrelay/markdown with Shiki: the code coloured through CSSOM', async () => {
+    const { document, window } = parseHTML('<html><body><div id="reply"></div></body></html>');
+    globalThis.document = document;
+    globalThis.requestAnimationFrame ??= (callback) => setTimeout(() => callback(performance.now()), 0);
+    globalThis.window ??= window;
+    const code = 'def f(x):\n    """Twice\n    x."""\n    return 2 * x\n';
+    const text = `Code:\n\n\`\`\`python\n${code}\`\`\`\n`;
+    globalThis.response = chatStream(text.match(/[\s\S]{1,3}/g));
+    await run(block('tokenrelay/markdown', "from 'shiki'"));
+    const shown = document.querySelector('#reply pre > code.language-python');
+    assert.equal(shown.textContent, code);
+    const coloured = [...shown.querySelectorAll('span[style]')];
+    assert.ok(
+      coloured.some((span) => span.textContent === 'def'),
+      'the keyword coloured',
+    );
+    const docstring = coloured.filter((span) => /Twice|x\."""/.test(span.textContent));
+    assert.ok(docstring.length >= 1);
+    assert.equal(
+      new Set(docstring.map((span) => span.getAttribute('style'))).size,
+      1,
+      'one colour across lines',
+    );
   });
 
   test('tokenrelay/smooth: streamText with smoothStream() gives the model text, whole', async () => {

@@ -33,11 +33,14 @@ import {
 } from 'tokenrelay/json';
 import {
   ALLOWED_ATTRS,
+  ALLOWED_STYLES,
   ALLOWED_TAGS,
   MAX_HIGHLIGHT,
   MarkdownRenderer,
+  createShikiHighlighter,
   isSafeHref,
   type HighlightFunction,
+  type ShikiApi,
 } from 'tokenrelay/markdown';
 import { SmoothTextStream, Smoother, smoothStream } from 'tokenrelay/smooth';
 import { Markdown, useReply, type ReplyState } from 'tokenrelay/react';
@@ -142,7 +145,14 @@ const safe: boolean =
   isSafeHref('https://example.com') &&
   ALLOWED_TAGS.has('a') &&
   ALLOWED_ATTRS.has('href') &&
+  ALLOWED_STYLES.color.test('#24292e') &&
   MAX_HIGHLIGHT > 0;
+const shikiLike: ShikiApi = {
+  codeToTokens: (code) => ({ tokens: [[{ content: code, color: '#d73a49', fontStyle: 1 }]], fg: '#24292e' }),
+  getLanguage: (name) => name,
+  getLoadedThemes: () => ['github-light'],
+};
+const coloured: HighlightFunction = createShikiHighlighter(shikiLike, { theme: 'github-light' });
 
 // tokenrelay/smooth
 const smoother = new Smoother({ maxDelayMs: 200, locale: 'th' });
@@ -193,6 +203,7 @@ export const used = [
   jsonEvents,
   snapshot,
   rendered,
+  coloured,
   safe,
   due,
   paced,

@@ -53,34 +53,54 @@ const KEEP = 4;
 /**
  * A highlighter for renderTokens: (code, language) → nodes, or null to leave the code as plain text.
  * Only a language highlight.js knows is highlighted (no guessing: auto-detection of a half-streamed block
- * would flicker between languages).
- *
- * While a code block streams, it is asked for again at every frame. Only complete lines are highlighted,
- * and a line once highlighted never is again: the lines that completed since the block's last call are
- * highlighted on their own and their nodes appended, in a <span> per run of lines (so the block's nodes
- * grow by appending, and the view patches only the end). A frame that adds to the last line highlights
- * nothing; the partial last line is plain text until its line end comes. highlight.js cannot resume a
- * highlight where it stopped, so a construct that spans lines (a block comment, a triple-quoted string)
- * and is cut between two runs is coloured as two pieces: the price of never redoing a finished line
- * (Streamdown re-highlights the whole block per change: its #574, #402). A run longer than MAX_HIGHLIGHT
- * stays plain text.
+ * would flicker between languages). highlight.js cannot resume where it stopped, so a construct that spans
+ * lines (a block comment, a triple-quoted string) and is cut between two runs (see incrementalHighlighter)
+ * is coloured as two pieces: the price of never redoing a finished line (Streamdown re-highlights the whole
+ * block per change: its #574, #402). Shiki can resume: shiki.js.
  * @param {HLJSApi} hljs
  * @returns {import('./markdown_nodes.js').Highlighter}
  */
 export function createHighlighter(hljs) {
-  /** @type {{language: string, text: string, runs: import('./markdown_nodes.js').Node[]}[]} */
-  const kept = []; // the most recent blocks first: the complete lines highlighted, and their runs
-  const run = (lines, language) => {
+  return incrementalHighlighter(
+    (language) => Boolean(hljs.getLanguage(language)),
+    (lines, language) => {
+      const nodes = readHighlighted(hljs.highlight(lines, { language, ignoreIllegals: true }).value);
+      return nodes === null ? null : { nodes, state: null };
+    },
+  );
+}
+
+/**
+ * @typedef {(lines: string, language: string, state: unknown) =>
+ *   {nodes: import('./markdown_nodes.js').Node[], state: unknown} | null} LineHighlighter
+ * Nodes for complete lines (ending in a line end), going on from `state` (what the run before returned;
+ * null at a block's start), and the state after them; null (or a throw) to leave them plain.
+ */
+
+/**
+ * While a code block streams, it is asked for again at every frame. Only complete lines are highlighted,
+ * and a line once highlighted never is again: the lines that completed since the block's last call are
+ * highlighted on their own (by `highlightLines`, from the state the last run ended in) and their nodes
+ * appended, in a <span> per run of lines (so the block's nodes grow by appending, and the view patches only
+ * the end). A frame that adds to the last line highlights nothing; the partial last line is plain text until
+ * its line end comes. A run longer than MAX_HIGHLIGHT stays plain text.
+ * @param {(language: string) => boolean} knows whether a language can be highlighted
+ * @param {LineHighlighter} highlightLines
+ * @returns {import('./markdown_nodes.js').Highlighter}
+ */
+export function incrementalHighlighter(knows, highlightLines) {
+  /** @type {{language: string, text: string, runs: import('./markdown_nodes.js').Node[], state: unknown}[]} */
+  const kept = []; // the most recent blocks first: the complete lines highlighted, their runs, the state after
+  const run = (lines, language, state) => {
     if (lines.length > MAX_HIGHLIGHT) return null;
     try {
-      const nodes = readHighlighted(hljs.highlight(lines, { language, ignoreIllegals: true }).value);
-      return nodes === null ? null : { tag: 'span', attrs: null, children: nodes };
+      return highlightLines(lines, language, state);
     } catch {
       return null;
     }
   };
   return (code, language) => {
-    if (!language || !hljs.getLanguage(language)) return null;
+    if (!language || !knows(language)) return null;
     const end = code.lastIndexOf('\n') + 1;
     // The block this code continues: the kept one with the longest prefix of it.
     let block;
@@ -90,14 +110,15 @@ export function createHighlighter(hljs) {
       if (code.startsWith(k.text)) block = k;
     }
     if (block === undefined) {
-      block = { language, text: '', runs: [] };
+      block = { language, text: '', runs: [], state: null };
       if (kept.unshift(block) > KEEP) kept.pop();
     }
     if (end > block.text.length) {
       const lines = code.slice(block.text.length, end);
-      const nodes = run(lines, language);
-      if (nodes === null && block.runs.length === 0) return null;
-      block.runs.push(nodes ?? lines);
+      const result = run(lines, language, block.state);
+      if (result === null && block.runs.length === 0) return null;
+      block.runs.push(result === null ? lines : { tag: 'span', attrs: null, children: result.nodes });
+      block.state = result?.state ?? null; // after plain lines, the next run starts afresh
       block.text = code.slice(0, end);
     }
     return end < code.length ? [...block.runs, code.slice(end)] : block.runs.slice();

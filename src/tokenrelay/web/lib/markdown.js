@@ -5,7 +5,8 @@
 import MarkdownIt from 'markdown-it';
 import { MarkdownRenderer as Renderer } from './view.js';
 
-export { ALLOWED_ATTRS, ALLOWED_TAGS, isSafeHref } from './markdown_nodes.js';
+export { ALLOWED_ATTRS, ALLOWED_STYLES, ALLOWED_TAGS, isSafeHref } from './markdown_nodes.js';
+export { createShikiHighlighter } from './shiki.js';
 export { MAX_HIGHLIGHT } from './code.js';
 
 /**

@@ -25,6 +25,18 @@ export const ALLOWED_TAGS = new Set([
 /** Every attribute the renderer can produce (values: see renderTokens). */
 export const ALLOWED_ATTRS = new Set(['class', 'href', 'rel', 'start', 'target', 'title']);
 
+/**
+ * Every style the renderer can set (through CSSOM, never a style attribute), with the values it accepts:
+ * a highlighter's token colours and font styles (shiki.js).
+ * @type {Readonly<Record<string, RegExp>>}
+ */
+export const ALLOWED_STYLES = Object.freeze({
+  color: /^(?:#[0-9a-fA-F]{3,8}|var\(--[A-Za-z0-9_-]{1,64}\))$/,
+  fontStyle: /^italic$/,
+  fontWeight: /^bold$/,
+  textDecoration: /^(?:underline|line-through|underline line-through)$/,
+});
+
 const SAFE_PROTOCOLS = new Set(['http:', 'https:', 'mailto:']);
 // Relative links resolve against a base of a safe scheme; only an absolute URL can name another scheme.
 const RELATIVE_BASE = 'https://relative.invalid/';
@@ -62,9 +74,13 @@ export function createMarkdown(MarkdownIt) {
 }
 
 /**
- * @typedef {string | {tag: string, attrs: Record<string, string> | null, children: Node[], box?: boolean}} Node
+ * @typedef {string | {
+ *   tag: string, attrs: Record<string, string> | null, children: Node[], box?: boolean,
+ *   style?: Record<string, string>,
+ * }} Node
  * A text node is a string; an element lists its tag, attributes and children. `box`: a <span> the view lays
- * out as a block of its own (display: block), for the lines of an open code block (blocks.js).
+ * out as a block of its own (display: block), for the lines of an open code block (blocks.js); `style`:
+ * properties of ALLOWED_STYLES, set through CSSOM (a highlighter's colours).
  */
 
 /**

@@ -10,7 +10,7 @@
 
 import { BlockRenderer } from './blocks.js';
 import { createHighlighter } from './code.js';
-import { ALLOWED_ATTRS, ALLOWED_TAGS, createMarkdown } from './markdown_nodes.js';
+import { ALLOWED_ATTRS, ALLOWED_STYLES, ALLOWED_TAGS, createMarkdown } from './markdown_nodes.js';
 
 // Blocks go into <div class="blocks"> groups of this many. Layout visits every child of a box, even clean
 // ones, so a reply of a thousand blocks side by side makes each frame's layout a thousand steps long; in
@@ -36,6 +36,13 @@ function build(doc, node) {
   const el = doc.createElement(node.tag);
   // Set through CSSOM, which a strict style-src allows (a style attribute it would refuse).
   if (node.box === true) el.style.display = 'block';
+  if (node.style) {
+    for (const [name, value] of Object.entries(node.style)) {
+      if (!Object.hasOwn(ALLOWED_STYLES, name) || !ALLOWED_STYLES[name].test(value))
+        throw new Error(`refusing to set style ${name}: ${value}`);
+      el.style[name] = value;
+    }
+  }
   if (node.attrs) {
     for (const [name, value] of Object.entries(node.attrs)) {
       if (!ALLOWED_ATTRS.has(name)) throw new Error(`refusing to set ${name}=`);
@@ -320,7 +327,8 @@ function patch(doc, old, drawn, next) {
     typeof old !== 'string' &&
     old.tag === next.tag &&
     old.box === next.box &&
-    sameAttrs(old.attrs, next.attrs)
+    sameAttrs(old.attrs, next.attrs) &&
+    sameAttrs(old.style ?? null, next.style ?? null)
   ) {
     const el = drawn.node;
     drawn.kids = patchChildren(
