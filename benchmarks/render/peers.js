@@ -335,7 +335,11 @@ function report(results) {
     if (!us) continue;
     for (const [name, r] of Object.entries(rows)) {
       if (name === 'tokenrelay' || name === 'driver') continue;
-      const ratio = (key, of) => (of(r, key) / of(us, key)).toFixed(2);
+      // Own work at or below zero is within the driver's spread from run to run: no ratio to give.
+      const ratio = (key, of) =>
+        of(r, key) > 0 && of(us, key) > 0
+          ? (of(r, key) / of(us, key)).toFixed(2)
+          : 'n/a (within the driver spread) ';
       const whole = (row, key) => row[key];
       let line = `tokenrelay vs ${name}: whole rows ${ratio('scripting', whole)}x less scripting, ${ratio('main', whole)}x less main thread`;
       if (driver !== null)
