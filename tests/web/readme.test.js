@@ -42,6 +42,15 @@ async function run({ lang, code }, harness = '') {
   await import(url.href);
 }
 
+/** A document with a #reply element, as the page's globals (document, window, requestAnimationFrame). */
+function replyPage() {
+  const { document, window } = parseHTML('<html><body><div id="reply"></div></body></html>');
+  globalThis.document = document;
+  globalThis.requestAnimationFrame ??= (callback) => setTimeout(() => callback(performance.now()), 0);
+  globalThis.window ??= window;
+  return document;
+}
+
 /** A Chat Completions stream as tokenrelay writes it, `pieces` as the content deltas. */
 function chatStream(pieces) {
   const chunk = (delta, finish = null) =>
@@ -142,10 +151,7 @@ describe('the npm package README', () => {
   });
 
   test('tokenrelay/markdown: the reply drawn, its code highlighted by highlight.js', async () => {
-    const { document, window } = parseHTML('<html><body><div id="reply"></div></body></html>');
-    globalThis.document = document;
-    globalThis.requestAnimationFrame ??= (callback) => setTimeout(() => callback(performance.now()), 0);
-    globalThis.window ??= window;
+    const document = replyPage();
     const text = '# Title\n\nSome **bold** text.\n\n```js\nconst a = 1;\n```\n';
     globalThis.response = chatStream([...text].map((c) => c));
     await run(block('tokenrelay/markdown'));
@@ -157,10 +163,7 @@ describe('the npm package README', () => {
   });
 
   test('tokenrelay/markdown with Shiki: the code coloured through CSSOM', async () => {
-    const { document, window } = parseHTML('<html><body><div id="reply"></div></body></html>');
-    globalThis.document = document;
-    globalThis.requestAnimationFrame ??= (callback) => setTimeout(() => callback(performance.now()), 0);
-    globalThis.window ??= window;
+    const document = replyPage();
     const code = 'def f(x):\n    """Twice\n    x."""\n    return 2 * x\n';
     const text = `Code:\n\n\`\`\`python\n${code}\`\`\`\n`;
     globalThis.response = chatStream(text.match(/[\s\S]{1,3}/g));
