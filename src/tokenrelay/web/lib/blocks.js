@@ -205,10 +205,10 @@ export class BlockRenderer {
   _openCode(fence) {
     const tail = this._tail;
     const hl = this._highlight;
-    for (let end = tail.indexOf('\n', fence.boxed + CODE_BOX - 1); end >= 0;) {
+    let end;
+    while ((end = tail.indexOf('\n', fence.boxed + CODE_BOX - 1)) >= 0) {
       fence.boxes.push(box(codeNodes(fence.info, tail.slice(fence.boxed, end + 1), hl)));
       fence.boxed = end + 1;
-      end = tail.indexOf('\n', fence.boxed + CODE_BOX - 1);
     }
     if (fence.boxes.length === 0) return codeBlock(fence.info, tail.slice(fence.start), hl);
     const rest = box(codeNodes(fence.info, tail.slice(fence.boxed), hl));
@@ -348,7 +348,6 @@ function topLevelStarts(tokens) {
   return starts;
 }
 
-/** Offsets where each line of `text` starts; a line is complete when the next one has an entry. */
 /** Whether line `line` of `text` is complete and holds only spaces or tabs. */
 function isBlank(text, lineStarts, line) {
   if (line < 0 || line + 1 >= lineStarts.length) return false;
@@ -385,6 +384,7 @@ function isFinal(text, lineStarts, token) {
 
 const FINAL_BEFORE_BLANK = new Set(['paragraph_open', 'heading_open', 'blockquote_open', 'table_open', 'hr']);
 
+/** Offsets where each line of `text` starts; a line is complete when the next one has an entry. */
 function lineOffsets(text) {
   const starts = [0];
   for (let at = text.indexOf('\n'); at >= 0; at = text.indexOf('\n', at + 1)) starts.push(at + 1);

@@ -86,11 +86,11 @@ function tokenNodes(lines, fg) {
       if (fontStyle > 0) {
         if (fontStyle & ITALIC) style.fontStyle = 'italic';
         if (fontStyle & BOLD) style.fontWeight = 'bold';
-        const lines = [
+        const decorations = [
           fontStyle & UNDERLINE ? 'underline' : '',
           fontStyle & STRIKETHROUGH ? 'line-through' : '',
         ];
-        const decoration = lines.filter(Boolean).join(' ');
+        const decoration = decorations.filter(Boolean).join(' ');
         if (decoration) style.textDecoration = decoration;
       }
       if (Object.keys(style).length === 0) text(content);

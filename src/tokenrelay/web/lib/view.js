@@ -27,11 +27,11 @@ const FRAME_BUDGET_MS = 8;
  * @returns {Node[]}
  */
 export function buildNodes(doc, nodes) {
-  return nodes.map((node) => build(doc, node));
+  return nodes.map((node) => draw(doc, node).node);
 }
 
-function build(doc, node) {
-  if (typeof node === 'string') return doc.createTextNode(node);
+/** The element for a description, without its children (draw adds them). */
+function element(doc, node) {
   if (!ALLOWED_TAGS.has(node.tag)) throw new Error(`refusing to build <${node.tag}>`);
   const el = doc.createElement(node.tag);
   // Set through CSSOM, which a strict style-src allows (a style attribute it would refuse).
@@ -49,7 +49,6 @@ function build(doc, node) {
       el.setAttribute(name, value);
     }
   }
-  for (const child of node.children) el.appendChild(build(doc, child));
   return el;
 }
 
@@ -282,10 +281,10 @@ function reportError(error) {
  * @typedef {{node: Node, kids: Drawn[] | null}} Drawn
  */
 
-/** Draw a description node (build), keeping what was drawn for patch. @returns {Drawn} */
+/** Draw a description node, keeping what was drawn for patch. @returns {Drawn} */
 function draw(doc, desc) {
   if (typeof desc === 'string') return { node: doc.createTextNode(desc), kids: null };
-  const el = build(doc, { ...desc, children: [] });
+  const el = element(doc, desc);
   const kids = desc.children.map((child) => draw(doc, child));
   for (const kid of kids) el.appendChild(kid.node);
   return { node: el, kids };
