@@ -16,6 +16,7 @@
 // and `open-code`, a reply whose code block of 58,000 characters never closes (streamdown#574).
 //
 //   node benchmarks/render/peers.js [--workloads reply,open-code] [--renderers driver,tokenrelay,streamdown,streaming-markdown]
+//                                   (also plain-lines: the browser's floor, see peers_page.js)
 //                                   [--tokens 10000] [--code-chars 58000] [--per-frame 4] [--runs 1]
 
 import { build } from 'esbuild';

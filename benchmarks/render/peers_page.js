@@ -15,6 +15,41 @@ const RENDERERS = {
   driver() {
     return { append() {}, finish() {} };
   },
+  // About the least a renderer that writes every frame can cost: each line of the text as it comes (not
+  // Markdown) in a <div> of its own, growing by appendData, the divs in groups as tokenrelay's blocks are. Not in the default rows: run it with --renderers to
+  // see how much of a row is the browser's own work for text that grows every frame.
+  'plain-lines'(container) {
+    let group = null;
+    let node = null;
+    let pending = '';
+    let asked = false;
+    const write = () => {
+      asked = false;
+      const lines = pending.split('\n');
+      pending = '';
+      lines.forEach((line, i) => {
+        if (node === null || i > 0) {
+          // In groups of 32 lines, full ones skipped off screen: what tokenrelay's view does with blocks.
+          if (group === null || group.childNodes.length >= 32) {
+            if (group !== null) {
+              group.style.contentVisibility = 'auto';
+              group.style.containIntrinsicSize = 'auto 800px';
+            }
+            group = container.appendChild(document.createElement('div'));
+          }
+          node = group.appendChild(document.createElement('div')).appendChild(document.createTextNode(''));
+        }
+        if (line !== '') node.appendData(line);
+      });
+    };
+    return {
+      append(token) {
+        pending += token;
+        if (!asked) asked = requestAnimationFrame(write) !== 0;
+      },
+      finish() {},
+    };
+  },
   tokenrelay(container) {
     const renderer = new MarkdownRenderer(container);
     return { append: (token) => renderer.append(token), finish: () => renderer.finish() };
