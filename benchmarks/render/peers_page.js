@@ -9,6 +9,9 @@ import * as smd from 'streaming-markdown';
 import { MarkdownRenderer } from 'tokenrelay/markdown';
 import { openCodeTokens, replyTokens } from './reply.js';
 
+// view.js's GROUP_SIZE, for the plain-lines row.
+const VIEW_GROUP_SIZE = 32;
+
 const RENDERERS = {
   // The driver alone: the text goes nowhere. Its time (frames, timers, marks) is in every other row too, and
   // taken from them gives each renderer's own work.
@@ -16,8 +19,9 @@ const RENDERERS = {
     return { append() {}, finish() {} };
   },
   // About the least a renderer that writes every frame can cost: each line of the text as it comes (not
-  // Markdown) in a <div> of its own, growing by appendData, the divs in groups as tokenrelay's blocks are. Not in the default rows: run it with --renderers to
-  // see how much of a row is the browser's own work for text that grows every frame.
+  // Markdown) in a <div> of its own, growing by appendData, the divs grouped as tokenrelay's blocks are. Not in
+  // the default rows: run it with --renderers to see how much of a row is the browser's own work for text
+  // that grows every frame.
   'plain-lines'(container) {
     let group = null;
     let node = null;
@@ -29,8 +33,8 @@ const RENDERERS = {
       pending = '';
       lines.forEach((line, i) => {
         if (node === null || i > 0) {
-          // In groups of 32 lines, full ones skipped off screen: what tokenrelay's view does with blocks.
-          if (group === null || group.childNodes.length >= 32) {
+          // Full groups skipped off screen: what tokenrelay's view does with blocks (view.js, _appendBlock).
+          if (group === null || group.childNodes.length >= VIEW_GROUP_SIZE) {
             if (group !== null) {
               group.style.contentVisibility = 'auto';
               group.style.containIntrinsicSize = 'auto 800px';
@@ -45,7 +49,9 @@ const RENDERERS = {
     return {
       append(token) {
         pending += token;
-        if (!asked) asked = requestAnimationFrame(write) !== 0;
+        if (asked) return;
+        asked = true;
+        requestAnimationFrame(write);
       },
       finish() {},
     };
