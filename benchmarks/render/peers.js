@@ -17,7 +17,7 @@
 //
 //   node benchmarks/render/peers.js [--workloads reply,open-code] [--renderers driver,tokenrelay,streamdown,streaming-markdown]
 //                                   (also plain-lines: the browser's floor, see peers_page.js)
-//                                   [--tokens 10000] [--code-chars 58000] [--per-frame 4] [--runs 1]
+//                                   [--tokens 10000] [--code-chars 58000] [--per-frame 4] [--runs 1] [--follow]
 
 import { build } from 'esbuild';
 import { createServer } from 'node:http';
@@ -44,6 +44,8 @@ const { values: args } = parseArgs({
     profile: { type: 'boolean', default: false },
     // Also print where each renderer's main thread went (the top-level events in its tasks, by name).
     breakdown: { type: 'boolean', default: false },
+    // The view kept at the reply's end as it grows (a chat that follows the stream), instead of at its top.
+    follow: { type: 'boolean', default: false },
   },
 });
 
@@ -222,10 +224,13 @@ async function main() {
           await page.waitForFunction(() => window.bench?.ready);
           // A short run first, so that no renderer is measured while the JIT warms up.
           const frames = workload === 'open-code' ? Number(args['code-per-frame']) : perFrame;
-          await page.evaluate(([n, w, f]) => window.bench.run(n, w, 300, f), [name, workload, frames]);
+          await page.evaluate(
+            ([n, w, f, k]) => window.bench.run(n, w, 300, f, k),
+            [name, workload, frames, args.follow],
+          );
           const cdp = await page.context().newCDPSession(page);
           if (args.profile) {
-            await profile(cdp, page, [name, workload, sizes[workload], frames]);
+            await profile(cdp, page, [name, workload, sizes[workload], frames, args.follow]);
             await page.close();
             continue;
           }
@@ -244,8 +249,8 @@ async function main() {
             },
           });
           const sizesShown = await page.evaluate(
-            ([n, w, s, f]) => window.bench.run(n, w, s, f),
-            [name, workload, sizes[workload], frames],
+            ([n, w, s, f, k]) => window.bench.run(n, w, s, f, k),
+            [name, workload, sizes[workload], frames, args.follow],
           );
           await cdp.send('Tracing.end');
           const events = await readTrace(cdp, (await done).stream);
@@ -271,7 +276,7 @@ async function profile(cdp, page, runArgs) {
   await cdp.send('Profiler.enable');
   await cdp.send('Profiler.setSamplingInterval', { interval: 100 });
   await cdp.send('Profiler.start');
-  await page.evaluate(([n, w, s, f]) => window.bench.run(n, w, s, f), runArgs);
+  await page.evaluate(([n, w, s, f, k]) => window.bench.run(n, w, s, f, k), runArgs);
   const { profile: data } = await cdp.send('Profiler.stop');
   const self = new Map();
   const byId = new Map(data.nodes.map((node) => [node.id, node]));

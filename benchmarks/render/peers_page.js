@@ -10,7 +10,7 @@ import { MarkdownRenderer } from 'tokenrelay/markdown';
 import { openCodeTokens, replyTokens } from './reply.js';
 
 // view.js's GROUP_SIZE, for the plain-lines row.
-const VIEW_GROUP_SIZE = 32;
+const VIEW_GROUP_SIZE = 16;
 
 const RENDERERS = {
   // The driver alone: the text goes nowhere. Its time (frames, timers, marks) is in every other row too, and
@@ -33,13 +33,11 @@ const RENDERERS = {
       pending = '';
       lines.forEach((line, i) => {
         if (node === null || i > 0) {
-          // Full groups skipped off screen: what tokenrelay's view does with blocks (view.js, _appendBlock).
+          // Groups skipped off screen: what tokenrelay's view does with blocks (view.js, _appendBlock).
           if (group === null || group.childNodes.length >= VIEW_GROUP_SIZE) {
-            if (group !== null) {
-              group.style.contentVisibility = 'auto';
-              group.style.containIntrinsicSize = 'auto 800px';
-            }
             group = container.appendChild(document.createElement('div'));
+            group.style.contentVisibility = 'auto';
+            group.style.containIntrinsicSize = 'auto 800px';
           }
           node = group.appendChild(document.createElement('div')).appendChild(document.createTextNode(''));
         }
@@ -87,9 +85,15 @@ const frame = () => new Promise((resolve) => requestAnimationFrame(() => setTime
  * Append the workload's tokens, `perFrame` per animation frame; marks `tenth-0` … `tenth-10` at the
  * boundaries of each tenth of the tokens, and `done` once the end is drawn. Resolves with the sizes.
  */
-async function run(name, workload, size, perFrame) {
+async function run(name, workload, size, perFrame, follow = false) {
   const container = document.getElementById('reply');
   container.replaceChildren();
+  if (follow) {
+    // A chat view that follows the reply: a scroller as tall as the window, taken to its end after each frame
+    // as chat apps do (app.js too), so the block being written is on screen.
+    document.body.style.margin = '0';
+    Object.assign(container.style, { height: '100vh', overflowY: 'auto' });
+  }
   const holder = document.createElement('div');
   container.append(holder);
   const tokens = WORKLOADS[workload](size);
@@ -103,6 +107,7 @@ async function run(name, workload, size, perFrame) {
     const end = Math.min(i + perFrame, tokens.length);
     for (let k = i; k < end; k++) renderer.append(tokens[k]);
     await frame();
+    if (follow) container.scrollTop = container.scrollHeight;
     for (; next <= 10 && end >= Math.min(tokens.length, next * tenth); next++)
       performance.mark(`tenth-${next}`);
   }

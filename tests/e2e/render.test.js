@@ -110,9 +110,9 @@ async function checkCorpusReply(page, problems, run) {
   assert.doesNotMatch(run.end.meta, /finish_reason/, 'finish_reason stop is not shown');
   assert.match(run.end.meta, /\d+ tokens · [\d.]+ s total$/);
 
-  // The view keeps closed blocks in <div class="blocks"> groups of at most 32, and nothing else.
+  // The view keeps closed blocks in <div class="blocks"> groups of at most 16, and nothing else.
   assert.ok(run.groups.length > 0);
-  for (const group of run.groups) assert.match(group, /^DIV\.blocks:([1-9]|[12][0-9]|3[0-2])$/);
+  for (const group of run.groups) assert.match(group, /^DIV\.blocks:([1-9]|1[0-6])$/);
 
   // Exact: the streamed DOM serialises to the same HTML as the page's renderer over the whole text at once,
   // and has the same tree as markdown-it's stock HTML renderer gives for the whole text.

@@ -152,15 +152,15 @@ describe('MarkdownRenderer: at most one DOM write per animation frame', () => {
     );
   });
 
-  test('blocks fill groups of 32; a full group of closed blocks is never touched again', () => {
+  test('blocks fill groups of 16; a full group of closed blocks is never touched again', () => {
     const p = page();
     const v = view(p);
-    v.append(Array.from({ length: 40 }, (_, i) => `paragraph ${i}\n\n`).join(''));
+    v.append(Array.from({ length: 24 }, (_, i) => `paragraph ${i}\n\n`).join(''));
     p.runFrames();
     const [full, second] = p.container.childNodes;
     assert.equal(p.container.childNodes.length, 2);
-    assert.equal(full.childNodes.length, 32);
-    assert.equal(second.childNodes.length, 8, 'paragraphs 32..38 closed and 39, still open');
+    assert.equal(full.childNodes.length, 16);
+    assert.equal(second.childNodes.length, 8, 'paragraphs 16..22 closed and 23, still open');
     const before = full.outerHTML;
     v.append('more');
     v.finish();
@@ -169,6 +169,35 @@ describe('MarkdownRenderer: at most one DOM write per animation frame', () => {
     assert.equal(full.outerHTML, before);
     assert.equal(second.childNodes.length, 9);
     assert.equal(second.lastChild.outerHTML, '<p>more</p>');
+  });
+
+  test('every group may be skipped off screen, the one still filling too; skipOffscreen: false leaves them be', () => {
+    const text = Array.from({ length: 24 }, (_, i) => `paragraph ${i}\n\n`).join('');
+    const skipped = (container) =>
+      Array.from(container.childNodes, (group) => [
+        group.style.contentVisibility,
+        group.style.containIntrinsicSize,
+      ]);
+    const p = page();
+    const v = view(p);
+    v.append('first');
+    p.runFrames();
+    assert.deepEqual(skipped(p.container), [['auto', 'auto 800px']], 'from its first block on');
+    v.append(text);
+    p.runFrames();
+    assert.deepEqual(skipped(p.container), [
+      ['auto', 'auto 800px'],
+      ['auto', 'auto 800px'],
+    ]);
+    const q = page();
+    const w = view(q, { skipOffscreen: false });
+    w.append(text);
+    q.runFrames();
+    assert.equal(q.container.childNodes.length, 2);
+    assert.deepEqual(skipped(q.container), [
+      ['', ''],
+      ['', ''],
+    ]);
   });
 
   test('the open block is patched in place: a growing paragraph keeps its element and text node', () => {

@@ -55,7 +55,7 @@ export interface MarkdownRendererOptions {
   requestFrame?: (callback: (now: number) => void) => unknown;
   /** The clock (performance.now). */
   now?: () => number;
-  /** Full groups of blocks get `content-visibility: auto`, so the browser skips them off screen (true). */
+  /** Groups of blocks get `content-visibility: auto`, so the browser skips them off screen (true). */
   skipOffscreen?: boolean;
   /** Another markdown-it build (its default export). */
   markdownIt?: unknown;
