@@ -164,8 +164,7 @@ export class BlockRenderer {
     let end = before - 1; // the last character shown before `added`
     while (end >= this._lineStart && tail.charCodeAt(end) === 32) end--;
     if (end < this._lineStart || !EXTENDS.last.test(tail[end])) return null;
-    // The current line's kind is settled: its first word is complete, or it starts with a letter.
-    if (!EXTENDS.line.test(tail.slice(this._lineStart, before))) return null;
+    if (!settledLine(tail.slice(this._lineStart, before))) return null;
     // The last block, down its last children, must end in text; a table is not extended (a row's cells past
     // the header's are dropped, so the end of the source need not be the last text shown).
     const path = [];
@@ -271,14 +270,37 @@ export class BlockRenderer {
 //         character that is not white space (a paragraph's trailing spaces are not shown);
 //   last  the tail ended, before it, in such a character too (so no delimiter run, entity or escape is left
 //         open at the seam, and no trailing space was dropped);
-//   line  the line it goes on already has its kind: a complete first word, or a first letter that no block
-//         syntax starts with (a digit could still become "1." and a list, a "-" a list or a rule).
+//   line  the line it goes on already has its kind (settledLine).
 // Links are not extended: the text of [a](b) is shown, but [a] alone is not a link.
 const EXTENDS = {
   text: /^[^\n*_`\\[\]()<>&!;|~#=+\-]*[^\s*_`\\[\]()<>&!;|~#=+\-]$/u,
   last: /^[^\s*_`\\[\]()<>&!;|~#=+\-]$/u,
-  line: /^\s*(?:\p{L}|\S+\s)/u,
 };
+
+const LIST_MARKER = /^(?:[-+*]|[0-9]{1,9}[.)])$/;
+
+/**
+ * Whether the kind of a line (so far) is settled whatever text without a line end follows: it starts with
+ * a letter, which no block syntax does, or with a complete first word that is no container marker; after a
+ * list marker or a quote's ">", the rest of the line is a line of its own inside the container and must be
+ * settled too ("1. 2" may become "1. 2." and a list inside the item, "abc\n1. " a list once text follows).
+ * @param {string} line
+ */
+function settledLine(line) {
+  for (;;) {
+    line = line.replace(/^[ \t]+/, '');
+    if (line === '') return false;
+    if (/^\p{L}/u.test(line)) return true;
+    if (line[0] === '>') {
+      line = line.slice(1);
+      continue;
+    }
+    const word = /^\S+(?=\s)/.exec(line);
+    if (word === null) return false;
+    if (!LIST_MARKER.test(word[0])) return true;
+    line = line.slice(word[0].length);
+  }
+}
 
 /** Characters of complete lines in each box of an open code block (see _openCode). */
 export const CODE_BOX = 2048;
