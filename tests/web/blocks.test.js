@@ -94,7 +94,6 @@ describe('BlockRenderer: what the open block shows', () => {
     assertShownAsOneShot('abc\n1. x y', {});
   });
 
-
   test('**Menu** is literal asterisks only until its closing pair arrives', () => {
     const renderer = new BlockRenderer(md);
     renderer.push('Today: **Menu');
@@ -205,7 +204,10 @@ describe('BlockRenderer: work per update does not grow with the reply', () => {
   /** Largest text markdown-it was asked to parse while streaming `text` token-sized pieces at a time. */
   function largestParse(text) {
     let largest = 0;
-    const counting = { parse: (src, env) => ((largest = Math.max(largest, src.length)), md.parse(src, env)) };
+    const counting = {
+      parse: (src, env) => ((largest = Math.max(largest, src.length)), md.parse(src, env)),
+      parseInline: (src, env) => ((largest = Math.max(largest, src.length)), md.parseInline(src, env)),
+    };
     const renderer = new BlockRenderer(counting);
     for (let at = 0; at < text.length; at += 4) {
       renderer.push(text.slice(at, at + 4));

@@ -34,7 +34,14 @@
 // them, the closed nodes joined over update() and finish() equal renderTokens(md.parse(whole)). Closing a
 // block one line late costs nothing but a re-render; closing it early would freeze a wrong one.
 
-import { codeBlock, codeBoxes, codeNodes, renderTokens } from './markdown_nodes.js';
+import {
+  codeBlock,
+  codeBoxes,
+  codeNodes,
+  inlineNodes,
+  makesElement,
+  renderTokens,
+} from './markdown_nodes.js';
 
 /**
  * @typedef {import('./markdown_nodes.js').Node} Node
@@ -45,7 +52,8 @@ import { codeBlock, codeBoxes, codeNodes, renderTokens } from './markdown_nodes.
 
 export class BlockRenderer {
   /**
-   * @param {{parse: (src: string, env: object) => any[]}} md from createMarkdown()
+   * @param {{parse: (src: string, env: object) => any[], parseInline: (src: string, env: object) => any[]}} md
+   *   from createMarkdown()
    * @param {{highlight?: import('./markdown_nodes.js').Highlighter | null}} options code.js's createHighlighter()
    */
   constructor(md, { highlight = null } = {}) {
@@ -59,6 +67,7 @@ export class BlockRenderer {
     this._added = ''; // the text pushed since the last update
     this._lineStart = 0; // where the tail's last line starts
     this._lastOpen = null; // the last update's description of the whole tail, when _extend() may extend it
+    this._paragraph = null; // the paragraph the tail ends in, when _reinline() may parse it alone
   }
 
   /** The text not yet in a closed block. */
@@ -91,6 +100,7 @@ export class BlockRenderer {
     const fence = this._openFence();
     if (fence !== null) {
       this._lastOpen = null;
+      this._paragraph = null;
       return { closed: [], open: [this._openCode(fence)] };
     }
     const extended = this._extend(added);
@@ -98,7 +108,13 @@ export class BlockRenderer {
       this._lastOpen = extended;
       return { closed: [], open: extended };
     }
+    const reinlined = this._reinline();
+    if (reinlined !== null) {
+      this._lastOpen = reinlined;
+      return { closed: [], open: reinlined };
+    }
     const tail = this._tail;
+    this._paragraph = null;
     if (tail.length > MAX_OPEN_PARSE) {
       // A block this long that still does not close (a megabyte line of delimiters, a table of ten thousand
       // columns: markdown-it takes seconds over them) is shown as its text until the end, which parses it once.
@@ -121,6 +137,7 @@ export class BlockRenderer {
     const hl = this._highlight;
     if (cut === 0) {
       this._lastOpen = renderTokens(tokens, 0, tokens.length, hl);
+      this._paragraph = lastParagraph(tokens, 0, tail, lineStarts.length, this._lineStart);
       return { closed: [], open: this._lastOpen };
     }
     const split = cut < starts.length ? starts[cut] : tokens.length;
@@ -132,6 +149,7 @@ export class BlockRenderer {
     this._lineStart -= offset;
     this._fence = undefined;
     this._lastOpen = renderTokens(tokens, split, tokens.length, hl);
+    this._paragraph = lastParagraph(tokens, split, this._tail, lineStarts.length - line, this._lineStart);
     return { closed: renderTokens(tokens, 0, split, hl), open: this._lastOpen };
   }
 
@@ -145,6 +163,7 @@ export class BlockRenderer {
     this._lineStart = 0;
     this._dirty = false;
     this._lastOpen = null;
+    this._paragraph = null;
     return { closed, open: [] };
   }
 
@@ -192,6 +211,32 @@ export class BlockRenderer {
       return copy;
     };
     return grow(open, 0);
+  }
+
+  /**
+   * The last description with its last paragraph's inline content parsed again alone, when the text added
+   * since the parse that found it (_paragraph) only lengthened the paragraph's last line and that line's kind
+   * cannot change (see lastParagraph): the blocks stay as they were, only the paragraph's emphasis, code
+   * spans and links can differ. markdown-it gives a paragraph's inline content the same parse alone
+   * (parseInline) as within the whole text. Else null.
+   */
+  _reinline() {
+    const paragraph = this._paragraph;
+    const open = this._lastOpen;
+    const tail = this._tail;
+    if (paragraph === null || open === null || this._lineStart !== paragraph.lineStart) return null;
+    if (tail.length > MAX_OPEN_PARSE) return null;
+    const content = (paragraph.content + tail.slice(paragraph.end)).trimEnd();
+    const [inline] = this._md.parseInline(content, {});
+    const children = inlineNodes(inline?.children ?? []);
+    const replace = (list, depth) => {
+      const copy = list.slice();
+      const last = copy[copy.length - 1];
+      copy[copy.length - 1] =
+        depth === 1 ? { ...last, children } : { ...last, children: replace(last.children, depth - 1) };
+      return copy;
+    };
+    return replace(open, paragraph.depth);
   }
 
   /**
@@ -359,6 +404,42 @@ function parse(md, text) {
     children: [{ type: 'text', content: text, nesting: 0 }],
   };
   return [open, inline, { type: 'paragraph_close', tag: 'p', nesting: -1, level: 0, hidden: false }];
+}
+
+// A line that holds a character none of these is made of can never become a rule, a setext underline or a
+// table's delimiter row, however it goes on: the constructs that a line's end can still make of it.
+const NOT_A_RULE = /[^-*_=|:\s]/;
+
+/**
+ * The paragraph that the tokens of `text` (from `from`, the open tail's) end in, when _reinline may parse
+ * its inline content alone while its last line grows: it is the last block, nothing but closings after it,
+ * its last line is the text's last (partial) line, and that line is settled and can become no rule,
+ * underline or delimiter row. Its content, where the text it came from ends (trailing spaces left out, as
+ * markdown-it trims them), and its depth in the description: the elements down to the one holding its
+ * inline nodes (its <p>, or the <li> of a tight list whose item it alone fills). Else null.
+ * @returns {{content: string, end: number, depth: number, lineStart: number} | null}
+ */
+function lastParagraph(tokens, from, text, lines, lineStart) {
+  let close = tokens.length - 1;
+  while (close >= from && tokens[close].nesting === -1 && tokens[close].type !== 'paragraph_close') close--;
+  const open = tokens[close - 2];
+  const inline = tokens[close - 1];
+  if (close - 2 < from || tokens[close].type !== 'paragraph_close' || open.type !== 'paragraph_open')
+    return null;
+  if (typeof inline.content !== 'string' || open.map?.[1] !== lines) return null;
+  if (open.hidden && tokens[close - 3]?.type !== 'list_item_open') return null;
+  const line = text.slice(lineStart);
+  if (text.endsWith('\n') || !settledLine(line) || !NOT_A_RULE.test(line)) return null;
+  const end = text.trimEnd().length;
+  if (inline.content === '' || inline.content.at(-1) !== text[end - 1]) return null;
+  let depth = open.hidden ? 0 : 1;
+  const enclosing = [];
+  for (let i = from; i < close - 2; i++) {
+    if (tokens[i].nesting === 1) enclosing.push(tokens[i]);
+    else if (tokens[i].nesting === -1) enclosing.pop();
+  }
+  for (const token of enclosing) if (makesElement(token)) depth++;
+  return depth === 0 ? null : { content: inline.content, end, depth, lineStart };
 }
 
 /** Indexes of the tokens that begin a top-level block (an opening or a self-contained token at level 0). */

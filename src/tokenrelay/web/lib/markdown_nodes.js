@@ -107,7 +107,7 @@ export function renderTokens(tokens, from = 0, to = tokens.length, highlight = n
     } else if (token.nesting === 1) {
       // Hidden paragraphs (tight lists) and unknown containers add no element: their content goes to the
       // parent, and the parent is pushed again so that the closing token pops it.
-      if (token.hidden || !BLOCK_TAGS.has(token.tag)) {
+      if (!makesElement(token)) {
         stack.push(top);
       } else {
         stack.push(append(top, element(token.tag, blockAttrs(token))));
@@ -169,6 +169,23 @@ export function codeNodes(info, content, highlight) {
 function codeLanguage(info) {
   const language = info ? info.trim().split(/\s+/)[0] : '';
   return LANGUAGE.test(language) ? language : '';
+}
+
+/** Whether renderTokens draws an element for an opening block token (hidden paragraphs and unknown ones add none). */
+export function makesElement(token) {
+  return !token.hidden && BLOCK_TAGS.has(token.tag);
+}
+
+/**
+ * An inline token's children (from md.parseInline, or md.parse's inline tokens) as nodes: what renderTokens
+ * puts in the element that holds them.
+ * @param {any[]} children
+ * @returns {Node[]}
+ */
+export function inlineNodes(children) {
+  const holder = element('', null);
+  renderInline(children, holder);
+  return holder.children;
 }
 
 function renderInline(tokens, parent) {
