@@ -199,15 +199,7 @@ export class BlockRenderer {
     }
     if (shown === '') return open;
     const more = tail.slice(end + 1, before) + shown;
-    // A new description, copied along the path to the last text: the rest is shared with the last one.
-    const grow = (list, depth) => {
-      const copy = list.slice();
-      const last = copy.length - 1;
-      if (depth === path.length) copy[last] = copy[last] + more;
-      else copy[last] = { ...copy[last], children: grow(copy[last].children, depth + 1) };
-      return copy;
-    };
-    return grow(open, 0);
+    return changeLast(open, path.length, (text) => text + more);
   }
 
   /**
@@ -226,14 +218,7 @@ export class BlockRenderer {
     const content = (paragraph.content + tail.slice(paragraph.end)).trimEnd();
     const [inline] = this._md.parseInline(content, {});
     const children = inlineNodes(inline?.children ?? []);
-    const replace = (list, depth) => {
-      const copy = list.slice();
-      const last = copy[copy.length - 1];
-      copy[copy.length - 1] =
-        depth === 1 ? { ...last, children } : { ...last, children: replace(last.children, depth - 1) };
-      return copy;
-    };
-    return replace(open, paragraph.depth);
+    return changeLast(open, paragraph.depth - 1, (node) => ({ ...node, children }));
   }
 
   /**
@@ -308,6 +293,24 @@ export class BlockRenderer {
 
 /** Characters of complete lines in each box of an open code block (see _openCode). */
 export const CODE_BOX = 2048;
+
+/**
+ * A new description: `list` with the node `depth` levels down its last children changed, copied along that
+ * path only (the rest is shared with the old one, which patch() then skips as unchanged).
+ * @param {Node[]} list
+ * @param {number} depth
+ * @param {(node: any) => Node} change
+ * @returns {Node[]}
+ */
+function changeLast(list, depth, change) {
+  const copy = list.slice();
+  const last = copy.length - 1;
+  copy[last] =
+    depth === 0
+      ? change(copy[last])
+      : { ...copy[last], children: changeLast(copy[last].children, depth - 1, change) };
+  return copy;
+}
 
 function box(children) {
   return { tag: 'span', attrs: null, children, box: true };

@@ -67,7 +67,7 @@ export function lastParagraph(tokens, from, text, lines, lineStart) {
   if (typeof inline.content !== 'string' || open.map?.[1] !== lines) return null;
   if (open.hidden && tokens[close - 3]?.type !== 'list_item_open') return null;
   const line = text.slice(lineStart);
-  if (text.endsWith('\n') || !settledLine(line) || !NOT_A_RULE.test(line)) return null;
+  if (!settledLine(line) || !NOT_A_RULE.test(line)) return null;
   const end = text.trimEnd().length;
   if (inline.content === '' || inline.content.at(-1) !== text[end - 1]) return null;
   let depth = open.hidden ? 0 : 1;
@@ -77,7 +77,7 @@ export function lastParagraph(tokens, from, text, lines, lineStart) {
     else if (tokens[i].nesting === -1) enclosing.pop();
   }
   for (const token of enclosing) if (makesElement(token)) depth++;
-  return depth === 0 ? null : { content: inline.content, end, depth, lineStart };
+  return { content: inline.content, end, depth, lineStart };
 }
 
 /** `text` without the spaces it ends with. */
